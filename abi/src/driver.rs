@@ -1,0 +1,326 @@
+//! The private provider ABI of rdma-core 44 (`IBVERBS_PRIVATE_34`).
+//!
+//! `infiniband/driver.h` is internal to rdma-core and not installed, so these
+//! structures are mirrored by hand from rdma-core v44.0. Sizes and offsets are
+//! asserted at compile time; a mismatch breaks the build, not a program.
+
+#![allow(non_camel_case_types)]
+
+use crate::verbs::*;
+use core::ffi::{c_char, c_int, c_uint, c_void};
+use core::mem::{offset_of, size_of};
+
+/// The private ABI number this layout belongs to (`verbs_register_driver_34`).
+pub const PRIVATE_ABI: u32 = 34;
+
+/// rdma-core versions whose private ABI 34 layout matches this file exactly.
+/// v34..v56 share the number, but only the ones checked here are accepted.
+pub const KNOWN_RDMA_CORE: &[&str] = &["44.0"];
+
+pub const VERBS_MATCH_SENTINEL: u8 = 0;
+pub const VERBS_MATCH_PCI: u8 = 1;
+pub const VERBS_MATCH_MODALIAS: u8 = 2;
+pub const VERBS_MATCH_DRIVER_ID: u8 = 3;
+
+pub const VERBS_QP_XRCD: u32 = 1 << 0;
+pub const VERBS_QP_EX: u32 = 1 << 1;
+
+pub const VERBS_LOG_LEVEL_NONE: u32 = 0;
+pub const VERBS_LOG_ERR: u32 = 1;
+pub const VERBS_LOG_WARN: u32 = 2;
+pub const VERBS_LOG_INFO: u32 = 3;
+pub const VERBS_LOG_DEBUG: u32 = 4;
+
+/// `enum ibv_mr_type` (driver.h).
+pub const IBV_MR_TYPE_MR: u32 = 0;
+pub const IBV_MR_TYPE_NULL_MR: u32 = 1;
+pub const IBV_MR_TYPE_IMPORTED_MR: u32 = 2;
+pub const IBV_MR_TYPE_DMABUF_MR: u32 = 3;
+
+pub const IBV_SYSFS_NAME_MAX: usize = 64;
+pub const IBV_SYSFS_PATH_MAX: usize = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union verbs_match_ent_u {
+    pub modalias: *const c_char,
+    pub driver_id: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct verbs_match_ent {
+    pub driver_data: *mut c_void,
+    pub u: verbs_match_ent_u,
+    pub vendor: u16,
+    pub device: u16,
+    pub kind: u8,
+}
+// SAFETY: match tables are immutable statics holding pointers to static strings.
+unsafe impl Sync for verbs_match_ent {}
+
+#[repr(C)]
+pub struct list_node {
+    pub next: *mut list_node,
+    pub prev: *mut list_node,
+}
+
+#[repr(C)]
+pub struct verbs_sysfs_dev {
+    pub entry: list_node,
+    pub provider_data: *mut c_void,
+    pub match_: *const verbs_match_ent,
+    pub flags: c_uint,
+    pub sysfs_name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub sysfs_cdev: libc::dev_t,
+    pub ibdev_name: [c_char; IBV_SYSFS_NAME_MAX],
+    pub ibdev_path: [c_char; IBV_SYSFS_PATH_MAX],
+    pub modalias: [c_char; 512],
+    pub node_guid: u64,
+    pub driver_id: u32,
+    pub node_type: ibv_node_type,
+    pub ibdev_idx: c_int,
+    pub num_ports: u32,
+    pub abi_ver: u32,
+    pub time_created: libc::timespec,
+}
+
+#[repr(C)]
+pub struct verbs_device_ops {
+    pub name: *const c_char,
+    pub match_min_abi_version: u32,
+    pub match_max_abi_version: u32,
+    pub match_table: *const verbs_match_ent,
+    pub static_providers: *const *const verbs_device_ops,
+    pub match_device: Option<unsafe extern "C" fn(*mut verbs_sysfs_dev) -> bool>,
+    pub alloc_context:
+        Option<unsafe extern "C" fn(*mut ibv_device, c_int, *mut c_void) -> *mut verbs_context>,
+    pub import_context: Option<unsafe extern "C" fn(*mut ibv_device, c_int) -> *mut verbs_context>,
+    pub alloc_device: Option<unsafe extern "C" fn(*mut verbs_sysfs_dev) -> *mut verbs_device>,
+    pub uninit_device: Option<unsafe extern "C" fn(*mut verbs_device)>,
+}
+// SAFETY: the ops table is an immutable static.
+unsafe impl Sync for verbs_device_ops {}
+
+#[repr(C)]
+pub struct verbs_device {
+    pub device: ibv_device,
+    pub ops: *const verbs_device_ops,
+    pub refcount: c_int,
+    pub entry: list_node,
+    pub sysfs: *mut verbs_sysfs_dev,
+    pub core_support: u64,
+}
+
+#[repr(C)]
+pub struct verbs_mr {
+    pub ibv_mr: ibv_mr,
+    pub mr_type: u32,
+    pub access: c_int,
+}
+
+#[repr(C)]
+pub union verbs_qp_u {
+    pub qp: core::mem::ManuallyDrop<ibv_qp>,
+    pub qp_ex: core::mem::ManuallyDrop<ibv_qp_ex>,
+}
+
+#[repr(C)]
+pub struct verbs_qp {
+    pub u: verbs_qp_u,
+    pub comp_mask: u32,
+    pub xrcd: *mut verbs_xrcd,
+}
+
+#[repr(C)]
+pub union verbs_cq {
+    pub cq: core::mem::ManuallyDrop<ibv_cq>,
+    pub cq_ex: core::mem::ManuallyDrop<ibv_cq_ex>,
+}
+
+#[repr(C)]
+pub struct verbs_xrcd {
+    pub xrcd: ibv_xrcd,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
+#[repr(C)]
+pub struct verbs_srq {
+    pub srq: ibv_srq,
+    pub srq_type: ibv_srq_type,
+    pub xrcd: *mut verbs_xrcd,
+    pub cq: *mut ibv_cq,
+    pub srq_num: u32,
+}
+
+type Op = Option<unsafe extern "C" fn()>;
+
+/// `struct verbs_context_ops`: 76 entries in rdma-core 44's (alphabetical) order.
+/// Entries xiw implements are typed; the rest are left NULL, which libibverbs
+/// answers with EOPNOTSUPP, and are declared as opaque pointers.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct verbs_context_ops {
+    pub advise_mr: Op,
+    pub alloc_dm: Op,
+    pub alloc_mw: Op,
+    pub alloc_null_mr: Op,
+    pub alloc_parent_domain: Op,
+    pub alloc_pd: Option<unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd>,
+    pub alloc_td: Op,
+    pub async_event: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event)>,
+    pub attach_counters_point_flow: Op,
+    pub attach_mcast: Op,
+    pub bind_mw: Op,
+    pub close_xrcd: Op,
+    pub cq_event: Op,
+    pub create_ah: Op,
+    pub create_counters: Op,
+    pub create_cq: Option<
+        unsafe extern "C" fn(*mut ibv_context, c_int, *mut ibv_comp_channel, c_int) -> *mut ibv_cq,
+    >,
+    pub create_cq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex>,
+    pub create_flow: Op,
+    pub create_flow_action_esp: Op,
+    pub create_qp: Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp>,
+    pub create_qp_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp>,
+    pub create_rwq_ind_table: Op,
+    pub create_srq:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq>,
+    pub create_srq_ex:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq>,
+    pub create_wq: Op,
+    pub dealloc_mw: Op,
+    pub dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
+    pub dealloc_td: Op,
+    pub dereg_mr: Option<unsafe extern "C" fn(*mut verbs_mr) -> c_int>,
+    pub destroy_ah: Op,
+    pub destroy_counters: Op,
+    pub destroy_cq: Option<unsafe extern "C" fn(*mut ibv_cq) -> c_int>,
+    pub destroy_flow: Op,
+    pub destroy_flow_action: Op,
+    pub destroy_qp: Option<unsafe extern "C" fn(*mut ibv_qp) -> c_int>,
+    pub destroy_rwq_ind_table: Op,
+    pub destroy_srq: Option<unsafe extern "C" fn(*mut ibv_srq) -> c_int>,
+    pub destroy_wq: Op,
+    pub detach_mcast: Op,
+    pub free_context: Option<unsafe extern "C" fn(*mut ibv_context)>,
+    pub free_dm: Op,
+    pub get_srq_num: Op,
+    pub import_dm: Op,
+    pub import_mr: Op,
+    pub import_pd: Op,
+    pub modify_cq: Op,
+    pub modify_flow_action_esp: Op,
+    pub modify_qp: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int>,
+    pub modify_qp_rate_limit: Op,
+    pub modify_srq:
+        Option<unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr, c_int) -> c_int>,
+    pub modify_wq: Op,
+    pub open_qp: Op,
+    pub open_xrcd: Op,
+    pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
+    pub post_recv: Option<
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
+    pub post_send: Option<
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int,
+    >,
+    pub post_srq_ops: Op,
+    pub post_srq_recv: Option<
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
+    >,
+    pub query_device_ex: Option<
+        unsafe extern "C" fn(
+            *mut ibv_context,
+            *const ibv_query_device_ex_input,
+            *mut ibv_device_attr_ex,
+            usize,
+        ) -> c_int,
+    >,
+    pub query_ece: Op,
+    pub query_port: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int>,
+    pub query_qp: Option<
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
+    >,
+    pub query_qp_data_in_order: Op,
+    pub query_rt_values: Op,
+    pub query_srq: Option<unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int>,
+    pub read_counters: Op,
+    pub reg_dm_mr: Op,
+    pub reg_dmabuf_mr: Op,
+    pub reg_mr:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
+    pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
+    pub rereg_mr: Op,
+    pub resize_cq: Op,
+    pub set_ece: Op,
+    pub unimport_dm: Op,
+    pub unimport_mr: Op,
+    pub unimport_pd: Op,
+}
+
+impl verbs_context_ops {
+    /// A table with every entry NULL.
+    pub const EMPTY: Self = {
+        // SAFETY: every field is an Option of a function pointer; all-zero is all None.
+        unsafe { core::mem::zeroed() }
+    };
+}
+
+#[link(name = "ibverbs")]
+extern "C" {
+    pub fn verbs_register_driver_34(ops: *const verbs_device_ops);
+    pub fn _verbs_init_and_alloc_context(
+        device: *mut ibv_device,
+        cmd_fd: c_int,
+        alloc_size: usize,
+        context_offset: *mut verbs_context,
+        driver_id: u32,
+    ) -> *mut c_void;
+    pub fn verbs_uninit_context(context: *mut verbs_context);
+    pub fn verbs_set_ops(vctx: *mut verbs_context, ops: *const verbs_context_ops);
+    pub fn verbs_init_cq(
+        cq: *mut ibv_cq,
+        context: *mut ibv_context,
+        channel: *mut ibv_comp_channel,
+        cq_context: *mut c_void,
+    );
+    pub fn __verbs_log(ctx: *mut verbs_context, level: u32, fmt: *const c_char, ...);
+}
+
+// Layout of rdma-core 44 on x86-64, checked at compile time.
+const _: () = {
+    assert!(size_of::<verbs_match_ent>() == 24);
+    assert!(size_of::<verbs_device_ops>() == 72);
+    assert!(size_of::<ibv_device>() == 664);
+    assert!(size_of::<verbs_device>() == 712);
+    assert!(offset_of!(verbs_device, ops) == 664);
+    assert!(offset_of!(verbs_device, refcount) == 672);
+    assert!(offset_of!(verbs_device, entry) == 680);
+    assert!(offset_of!(verbs_device, sysfs) == 696);
+    assert!(offset_of!(verbs_device, core_support) == 704);
+    assert!(size_of::<verbs_context_ops>() == 76 * 8);
+    assert!(offset_of!(verbs_context_ops, alloc_pd) == 5 * 8);
+    assert!(offset_of!(verbs_context_ops, free_context) == 39 * 8);
+    assert!(offset_of!(verbs_context_ops, poll_cq) == 53 * 8);
+    assert!(offset_of!(verbs_context_ops, query_device_ex) == 58 * 8);
+    assert!(offset_of!(verbs_context_ops, reg_mr) == 68 * 8);
+    assert!(offset_of!(verbs_context_ops, unimport_pd) == 75 * 8);
+    assert!(size_of::<ibv_context>() == 328);
+    assert!(size_of::<verbs_context>() == 648);
+    assert!(offset_of!(verbs_context, context) == 320);
+    assert!(size_of::<ibv_qp>() == 160);
+    assert!(size_of::<ibv_qp_ex>() == 352);
+    assert!(offset_of!(ibv_qp_ex, wr_atomic_write) == 344);
+    assert!(offset_of!(verbs_qp, comp_mask) == 352);
+    assert!(size_of::<verbs_qp>() == 368);
+    assert!(size_of::<ibv_cq>() == 128);
+    assert!(size_of::<ibv_cq_ex>() == 288);
+    assert!(size_of::<verbs_cq>() == 288);
+    assert!(offset_of!(verbs_mr, mr_type) == size_of::<ibv_mr>());
+    assert!(size_of::<verbs_sysfs_dev>() == 992);
+};
