@@ -1,0 +1,485 @@
+//! `xiw`: sets up xiw devices in standalone mode.
+//!
+//! Without kernel RDMA support libibverbs finds devices by scanning a sysfs
+//! tree at `$SYSFS_PATH`. `xiw up` writes such a tree (one device per
+//! netdev) plus the /dev/infiniband/uverbsN nodes libibverbs insists on
+//! opening, and prints the `export SYSFS_PATH=...` line that points
+//! libibverbs at it.
+
+mod sys;
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use xiw::devinfo::{self, DeviceInfo};
+
+const USAGE: &str = "\
+usage: xiw up [--netdev IFACE]... [--root DIR]
+       xiw down [--root DIR]
+       xiw status [--root DIR]
+
+  up      create devices xiw0, xiw1, ... (one per --netdev, default lo) as a
+          sysfs tree under DIR and print `export SYSFS_PATH=DIR`, so that
+          eval \"$(xiw up)\" points libibverbs at them; replaces the devices
+          of an earlier `up` with the same DIR (needs root)
+  down    remove the tree and its /dev/infiniband nodes (needs root)
+  status  list the devices of the tree
+
+DIR defaults to /run/xiw/sysfs, or /run/xiw/netns-NAME/sysfs inside the
+network namespace NAME.";
+
+/// The file in the tree's root recording the /dev entries `up` created, so
+/// `down` removes exactly those. Its presence also marks a directory as
+/// ours: `up` and `down` refuse to delete a directory without it.
+const RECORD_FILE: &str = "xiw-created";
+
+/// Where /dev nodes go; libibverbs hard-codes it (RDMA_CDEV_DIR).
+const DEV_DIR: &str = "/dev/infiniband";
+
+/// Uverbs indices tried before giving up.
+const MAX_UVERBS: u32 = 1024;
+
+struct Options {
+    netdevs: Vec<String>,
+    root: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    if matches!(cmd.as_str(), "-h" | "--help" | "help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let opts = match parse_options(cmd, rest) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("xiw: {msg}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cmd.as_str() {
+        "up" => cmd_up(&opts),
+        "down" => cmd_down(&opts),
+        "status" => cmd_status(&opts),
+        _ => unreachable!("parse_options accepts only known commands"),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("xiw {cmd}: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_options(cmd: &str, args: &[String]) -> Result<Options, String> {
+    if !matches!(cmd, "up" | "down" | "status") {
+        return Err(format!("unknown command {cmd:?}"));
+    }
+    let mut opts = Options {
+        netdevs: Vec::new(),
+        root: None,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        // Accept both `--opt value` and `--opt=value`.
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match name {
+            "--netdev" if cmd == "up" => {
+                let v = value()?;
+                if opts.netdevs.contains(&v) {
+                    return Err(format!("--netdev {v} given twice"));
+                }
+                opts.netdevs.push(v);
+            }
+            "--root" => {
+                let v = value()?;
+                if v.is_empty() {
+                    return Err("--root needs a non-empty directory".into());
+                }
+                opts.root = Some(PathBuf::from(v));
+            }
+            _ => return Err(format!("unexpected argument {arg:?} for `{cmd}`")),
+        }
+    }
+    Ok(opts)
+}
+
+/// The tree's root: --root made absolute (SYSFS_PATH is used from any
+/// directory), else the default for our network namespace. The bool says
+/// whether it is the default.
+fn resolve_root(opts: &Options) -> Result<(PathBuf, bool), String> {
+    match &opts.root {
+        Some(r) if r.is_absolute() => Ok((r.clone(), false)),
+        Some(r) => {
+            let cwd = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
+            Ok((cwd.join(r), false))
+        }
+        None => match sys::netns_name().map_err(|e| format!("network namespace: {e}"))? {
+            None => Ok((PathBuf::from("/run/xiw/sysfs"), true)),
+            Some(name) => Ok((PathBuf::from(format!("/run/xiw/netns-{name}/sysfs")), true)),
+        },
+    }
+}
+
+fn cmd_up(opts: &Options) -> Result<(), String> {
+    if !sys::is_root() {
+        return Err("must be run as root (it creates device nodes in /dev/infiniband)".into());
+    }
+    let names: Vec<String> = if opts.netdevs.is_empty() {
+        vec!["lo".to_string()]
+    } else {
+        opts.netdevs.clone()
+    };
+    // Look every netdev up before touching anything, so a typo leaves an
+    // existing tree alone.
+    let netdevs = names
+        .iter()
+        .map(|n| sys::lookup_netdev(n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (root, _) = resolve_root(opts)?;
+
+    if sys::kernel_has_rdma_netlink() {
+        eprintln!(
+            "xiw up: warning: this kernel has RDMA netlink support; libibverbs will list \
+             the kernel's devices and ignore SYSFS_PATH, so the xiw devices stay invisible"
+        );
+    }
+
+    teardown(&root)?;
+    if let Err(e) = build_tree(&root, &netdevs) {
+        // Leave nothing half-made behind; the original error matters more
+        // than a failure to clean up.
+        let _ = teardown(&root);
+        return Err(e);
+    }
+    eprintln!("xiw up: tree at {}", root.display());
+    println!("export SYSFS_PATH={}", shell_quote(&root.to_string_lossy()));
+    Ok(())
+}
+
+fn build_tree(root: &Path, netdevs: &[sys::Netdev]) -> Result<(), String> {
+    devinfo::create_dir(root).map_err(|e| e.to_string())?;
+    // The record goes first so that even a failed `up` leaves a tree that
+    // `down` (or the next `up`) recognises and cleans.
+    let mut record = Record::default();
+    record.save(root)?;
+    devinfo::write_class_abi_version(root).map_err(|e| e.to_string())?;
+
+    let mut guids: Vec<u64> = Vec::new();
+    for (i, nd) in netdevs.iter().enumerate() {
+        let index = make_dev_node(&mut record, root)?;
+        let node_guid = devinfo::guid_from_mac(&nd.mac)
+            .filter(|g| !guids.contains(g))
+            // The uverbs index is unique among all xiw devices of the host
+            // (they share /dev), unlike our device index.
+            .unwrap_or_else(|| devinfo::guid_from_addr(nd.addr, index as u16));
+        guids.push(node_guid);
+        let info = DeviceInfo {
+            ibdev: format!("{}{i}", devinfo::IBDEV_PREFIX),
+            netdev: nd.name.clone(),
+            ifindex: nd.ifindex,
+            addr: nd.addr,
+            gid: devinfo::gid_from_addr(nd.addr),
+            mtu: nd.mtu,
+            mac: nd.mac,
+            node_guid,
+        };
+        devinfo::write_device(root, &info, index, nd.running).map_err(|e| e.to_string())?;
+        eprintln!(
+            "xiw up: {} on {} (ifindex {}): addr {}, GID {}, MTU {} (IBV_MTU {}), GUID {}, \
+             port {}, {}",
+            info.ibdev,
+            info.netdev,
+            info.ifindex,
+            info.addr,
+            devinfo::format_gid(&info.gid),
+            info.mtu,
+            256u32 << (devinfo::ibv_mtu_for(info.mtu) - 1),
+            devinfo::format_guid(info.node_guid),
+            if nd.running { "ACTIVE" } else { "DOWN" },
+            devinfo::uverbs_dev_node(index).display()
+        );
+    }
+    Ok(())
+}
+
+/// Creates /dev/infiniband/uverbsN for the lowest N not taken (trees of
+/// other network namespaces share /dev) and records it.
+fn make_dev_node(record: &mut Record, root: &Path) -> Result<u32, String> {
+    let dev_dir = Path::new(DEV_DIR);
+    let mut index = 0;
+    while index < MAX_UVERBS {
+        if !dev_dir.is_dir() {
+            devinfo::create_dir(dev_dir).map_err(|e| e.to_string())?;
+            record.created_dir = true;
+            record.save(root)?;
+        }
+        let node = devinfo::uverbs_dev_node(index);
+        match sys::mknod_char(&node, 0o666, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR) {
+            Ok(ino) => {
+                record.nodes.push((node, ino));
+                record.save(root)?;
+                return Ok(index);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => index += 1,
+            // A concurrent `xiw down` of another tree removed the (then
+            // empty) directory: make it again and retry the same index.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("mknod {}: {e}", node.display())),
+        }
+    }
+    Err(format!(
+        "no free uverbs index below {MAX_UVERBS} in {DEV_DIR}"
+    ))
+}
+
+fn cmd_down(opts: &Options) -> Result<(), String> {
+    if !sys::is_root() {
+        return Err("must be run as root (it removes device nodes in /dev/infiniband)".into());
+    }
+    let (root, is_default) = resolve_root(opts)?;
+    if !root.exists() {
+        eprintln!("xiw down: nothing at {}", root.display());
+        return Ok(());
+    }
+    teardown(&root)?;
+    if is_default {
+        // Also drop the now empty /run/xiw/netns-NAME and /run/xiw; rmdir
+        // fails harmlessly on a directory that still holds other trees.
+        let mut dir = root.parent();
+        while let Some(d) = dir {
+            if d == Path::new("/run") || fs::remove_dir(d).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    eprintln!("xiw down: removed {}", root.display());
+    Ok(())
+}
+
+/// Removes the tree at `root` and the /dev entries it recorded. A missing
+/// or empty `root` is fine; a non-empty directory without our record is
+/// refused, so a mistyped --root cannot delete anything else.
+fn teardown(root: &Path) -> Result<(), String> {
+    let entries = match fs::read_dir(root) {
+        Ok(rd) => rd.count(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{}: {e}", root.display())),
+    };
+    let record_path = root.join(RECORD_FILE);
+    if !record_path.exists() {
+        if entries == 0 {
+            return Ok(());
+        }
+        return Err(format!(
+            "{} is not empty and has no {RECORD_FILE} file, so it was not made by xiw; \
+             refusing to replace it",
+            root.display()
+        ));
+    }
+    let record = Record::load(root)?;
+    for (node, ino) in &record.nodes {
+        // Remove only what is still the very node we made (same inode): a
+        // node another tree or a real driver made under that name since
+        // must survive.
+        if sys::char_dev_ino(node, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR) == Some(*ino) {
+            fs::remove_file(node).map_err(|e| format!("{}: {e}", node.display()))?;
+        } else if node.exists() {
+            eprintln!(
+                "xiw: leaving {}: it is no longer the node xiw created",
+                node.display()
+            );
+        }
+    }
+    if record.created_dir || !record.nodes.is_empty() {
+        // The directory exists only for xiw on a machine without RDMA
+        // hardware; drop it once the last tree is gone. This fails
+        // (harmlessly) while other trees or real devices have nodes there.
+        let _ = fs::remove_dir(DEV_DIR);
+    }
+    fs::remove_dir_all(root).map_err(|e| format!("{}: {e}", root.display()))
+}
+
+/// What `up` created outside the tree. File format, one entry a line:
+/// `node /dev/infiniband/uverbsN INODE` and `dir /dev/infiniband`.
+#[derive(Default)]
+struct Record {
+    nodes: Vec<(PathBuf, u64)>,
+    created_dir: bool,
+}
+
+impl Record {
+    fn load(root: &Path) -> Result<Record, String> {
+        let path = root.join(RECORD_FILE);
+        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut record = Record::default();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words[..] {
+                [] => {}
+                ["dir", DEV_DIR] => record.created_dir = true,
+                // Accept only our own kind of path, whatever the file says.
+                ["node", p, ino] if is_uverbs_node_path(p) => match ino.parse::<u64>() {
+                    Ok(ino) => record.nodes.push((PathBuf::from(p), ino)),
+                    Err(_) => eprintln!("xiw: {}: ignoring line {line:?}", path.display()),
+                },
+                _ => eprintln!("xiw: {}: ignoring line {line:?}", path.display()),
+            }
+        }
+        Ok(record)
+    }
+
+    fn save(&self, root: &Path) -> Result<(), String> {
+        let mut text = String::new();
+        if self.created_dir {
+            text.push_str(&format!("dir {DEV_DIR}\n"));
+        }
+        for (node, ino) in &self.nodes {
+            text.push_str(&format!("node {} {ino}\n", node.display()));
+        }
+        devinfo::write_attr(&root.join(RECORD_FILE), text.trim_end()).map_err(|e| e.to_string())
+    }
+}
+
+fn is_uverbs_node_path(p: &str) -> bool {
+    p.strip_prefix("/dev/infiniband/uverbs")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+fn cmd_status(opts: &Options) -> Result<(), String> {
+    let (root, _) = resolve_root(opts)?;
+    let class = root.join("class/infiniband_verbs");
+    if !class.is_dir() {
+        return Err(format!(
+            "no xiw devices at {} (create them with `xiw up`)",
+            root.display()
+        ));
+    }
+    let uverbs = devinfo::list_uverbs(&root).map_err(|e| e.to_string())?;
+    println!("SYSFS_PATH={}", root.display());
+    let mut rows = vec![[
+        "IBDEV".to_string(),
+        "NETDEV".to_string(),
+        "ADDRESS".to_string(),
+        "GID".to_string(),
+        "MTU".to_string(),
+        "PORT".to_string(),
+        "UVERBS NODE".to_string(),
+    ]];
+    for (index, ibdev) in uverbs {
+        let info =
+            DeviceInfo::load(&devinfo::ibdev_path(&root, &ibdev)).map_err(|e| e.to_string())?;
+        let state_path = devinfo::ibdev_path(&root, &ibdev).join("ports/1/state");
+        let state = fs::read_to_string(&state_path)
+            .map(|s| s.trim().split(": ").last().unwrap_or("?").to_string())
+            .unwrap_or_else(|_| "?".into());
+        let node = devinfo::uverbs_dev_node(index);
+        let node_text =
+            if sys::char_dev_ino(&node, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR).is_some() {
+                node.display().to_string()
+            } else {
+                format!("{} (missing!)", node.display())
+            };
+        rows.push([
+            info.ibdev.clone(),
+            info.netdev.clone(),
+            info.addr.to_string(),
+            devinfo::format_gid(&info.gid),
+            format!(
+                "{} (ibv {})",
+                info.mtu,
+                256u32 << (devinfo::ibv_mtu_for(info.mtu) - 1)
+            ),
+            state,
+            node_text,
+        ]);
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+fn print_table<const N: usize>(rows: &[[String; N]]) {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:w$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}
+
+/// Quotes `s` for a POSIX shell, leaving ordinary paths as they are.
+fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:,@%".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_options() {
+        let o = parse_options(
+            "up",
+            &args(&["--netdev", "lo", "--netdev=eth0", "--root", "/x"]),
+        )
+        .unwrap();
+        assert_eq!(o.netdevs, ["lo", "eth0"]);
+        assert_eq!(o.root, Some(PathBuf::from("/x")));
+        assert!(parse_options("up", &args(&["--netdev"])).is_err());
+        assert!(parse_options("up", &args(&["--netdev", "lo", "--netdev", "lo"])).is_err());
+        assert!(parse_options("down", &args(&["--netdev", "lo"])).is_err());
+        assert!(parse_options("sideways", &[]).is_err());
+    }
+
+    #[test]
+    fn quotes_for_the_shell() {
+        assert_eq!(shell_quote("/run/xiw/sysfs"), "/run/xiw/sysfs");
+        assert_eq!(shell_quote("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(shell_quote("/tmp/it's"), "'/tmp/it'\\''s'");
+    }
+
+    #[test]
+    fn record_paths_are_checked() {
+        assert!(is_uverbs_node_path("/dev/infiniband/uverbs0"));
+        assert!(is_uverbs_node_path("/dev/infiniband/uverbs12"));
+        assert!(!is_uverbs_node_path("/dev/infiniband/uverbs"));
+        assert!(!is_uverbs_node_path("/dev/infiniband/uverbs0/../../sda"));
+        assert!(!is_uverbs_node_path("/etc/passwd"));
+    }
+}

@@ -1,0 +1,613 @@
+//! Connection setup in standalone mode: TCP plus the MPA exchange (RFC 5044
+//! section 7, RFC 6581), driven by modify_qp.
+//!
+//! A QP's number is the TCP port of its listening socket on the device address,
+//! so the peer's GID and QPN (what perftest and ibv_rc_pingpong exchange) name
+//! its endpoint. Of the two ends, the one with the lower (address, QPN) connects
+//! and sends the MPA Request; the other accepts and replies. Both ends identify
+//! themselves in the private data, after the RFC 6581 IRD/ORD block.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::context::Shared;
+use crate::qp::{Qp, MAX_RD_ATOMIC};
+use crate::rx::Rx;
+use crate::tx;
+use crate::wire::mpa;
+
+/// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
+const PD_MAGIC: &[u8; 4] = b"xiw1";
+const PD_LEN: usize = 12;
+
+pub struct Listener {
+    pub fd: OwnedFd,
+    pub qpn: u32,
+}
+
+impl Listener {
+    pub fn bind(sh: &Shared) -> io::Result<Listener> {
+        let fd = socket_for(sh.dev.addr)?;
+        set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 0)?;
+        bind(fd.as_raw_fd(), SocketAddr::new(sh.dev.addr, 0))?;
+        // SAFETY: plain syscall on a socket we own.
+        if unsafe { libc::listen(fd.as_raw_fd(), 8) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let port = local_addr(fd.as_raw_fd())?.port();
+        Ok(Listener { fd, qpn: port as u32 })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Idle,
+    Connecting,
+    AwaitReply,
+    AwaitRequest,
+    HaveRequest,
+    Established,
+    Closed,
+}
+
+struct Request {
+    crc: bool,
+    ird: u32,
+    initiator_qpn: u32,
+}
+
+pub struct Cm {
+    pub listener: Listener,
+    sock: Option<OwnedFd>,
+    phase: Phase,
+    buf: Vec<u8>,
+    pub deadline: Option<Instant>,
+    retry_at: Option<Instant>,
+    peer: Option<(IpAddr, u32)>,
+    request: Option<Request>,
+}
+
+impl Cm {
+    pub fn new(listener: Listener) -> Cm {
+        Cm {
+            listener,
+            sock: None,
+            phase: Phase::Idle,
+            buf: Vec::new(),
+            deadline: None,
+            retry_at: None,
+            peer: None,
+            request: None,
+        }
+    }
+
+    pub fn is_established(&self) -> bool {
+        self.phase == Phase::Established
+    }
+
+    /// RTR: start connecting to (or waiting for) the peer.
+    pub fn start(&mut self, qp: &Qp, peer_addr: IpAddr, peer_qpn: u32) -> Result<(), String> {
+        if self.phase != Phase::Idle && self.phase != Phase::AwaitRequest && self.phase != Phase::HaveRequest {
+            return Ok(());
+        }
+        let sh = &qp.sh;
+        self.peer = Some((peer_addr, peer_qpn));
+        self.deadline = Some(Instant::now() + sh.cfg.connect_timeout);
+        sh.add_timer(qp);
+        let me = (sh.dev.addr, qp.qpn);
+        if (peer_addr, peer_qpn) == me {
+            return Err("a QP cannot connect to itself".into());
+        }
+        if me < (peer_addr, peer_qpn) {
+            self.connect(qp).map_err(|e| format!("connect: {e}"))
+        } else {
+            if self.phase == Phase::HaveRequest {
+                return self.answer_request(qp);
+            }
+            if self.phase == Phase::Idle {
+                self.phase = Phase::AwaitRequest;
+            }
+            Ok(())
+        }
+    }
+
+    fn connect(&mut self, qp: &Qp) -> io::Result<()> {
+        let (addr, qpn) = self.peer.expect("peer known");
+        let sh = &qp.sh;
+        let fd = socket_for(addr)?;
+        bind(fd.as_raw_fd(), SocketAddr::new(sh.dev.addr, 0))?;
+        let sa = SocketAddr::new(addr, qpn as u16);
+        let (storage, len) = sockaddr(sa);
+        // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
+        let r = unsafe { libc::connect(fd.as_raw_fd(), &storage as *const _ as *const libc::sockaddr, len) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINPROGRESS) {
+                return Err(e);
+            }
+        }
+        sh.watch_cm(fd.as_raw_fd(), qp.qpn, true, false)?;
+        self.sock = Some(fd);
+        self.phase = Phase::Connecting;
+        Ok(())
+    }
+
+    /// The listening socket is readable.
+    pub fn on_listener(&mut self, qp: &Qp) {
+        loop {
+            // SAFETY: accept4 on our listening socket; no address wanted.
+            let fd = unsafe {
+                libc::accept4(
+                    self.listener.fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return;
+            }
+            // SAFETY: accept4 returned a new descriptor that nothing else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let passive = matches!(self.phase, Phase::Idle | Phase::AwaitRequest);
+            if !passive || self.sock.is_some() {
+                continue; // dropped: one connection per QP
+            }
+            if qp.sh.watch_cm(fd.as_raw_fd(), qp.qpn, false, true).is_ok() {
+                self.sock = Some(fd);
+                self.buf.clear();
+            }
+        }
+    }
+
+    /// The connection socket has an event before the QP is established.
+    pub fn on_sock(&mut self, qp: &Qp, writable: bool) -> Result<(), String> {
+        match self.phase {
+            Phase::Connecting if writable => {
+                let fd = self.sock.as_ref().map(|s| s.as_raw_fd()).unwrap_or(-1);
+                let err = get_int(fd, libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(libc::EIO);
+                if err == libc::ECONNREFUSED || err == libc::ECONNRESET {
+                    // The peer may not be listening yet (or is between attempts): retry.
+                    self.drop_sock(qp);
+                    self.retry_at = Some(Instant::now() + Duration::from_millis(20));
+                    self.phase = Phase::Idle;
+                    return Ok(());
+                }
+                if err != 0 {
+                    return Err(format!("connect: {}", io::Error::from_raw_os_error(err)));
+                }
+                self.send_request(qp).map_err(|e| format!("sending MPA request: {e}"))?;
+                qp.sh.watch_cm(fd, qp.qpn, false, false).map_err(|e| e.to_string())?;
+                self.phase = Phase::AwaitReply;
+                Ok(())
+            }
+            Phase::AwaitReply => match self.read_frame() {
+                Ok(Some(frame)) => self.on_reply(qp, &frame),
+                Ok(None) => Ok(()),
+                Err(e) => Err(format!("reading MPA reply: {e}")),
+            },
+            Phase::Idle | Phase::AwaitRequest if self.sock.is_some() => match self.read_frame() {
+                Ok(Some(frame)) => {
+                    if self.on_request(&frame).is_err() {
+                        // Not a request for this QP: turn it away and keep listening.
+                        self.reject(qp);
+                        return Ok(());
+                    }
+                    if self.phase == Phase::AwaitRequest {
+                        self.answer_request(qp)
+                    } else {
+                        self.phase = Phase::HaveRequest;
+                        Ok(())
+                    }
+                }
+                Ok(None) => Ok(()),
+                Err(_) => {
+                    self.drop_sock(qp);
+                    Ok(())
+                }
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Timers: connect retries and the overall deadline.
+    pub fn tick(&mut self, qp: &Qp, now: Instant) -> Result<bool, String> {
+        if self.phase == Phase::Established || self.phase == Phase::Closed {
+            return Ok(false);
+        }
+        if let Some(d) = self.deadline {
+            if now >= d {
+                return Err(format!(
+                    "no connection with the peer within {} ms",
+                    qp.sh.cfg.connect_timeout.as_millis()
+                ));
+            }
+        }
+        if let Some(t) = self.retry_at {
+            if now >= t {
+                self.retry_at = None;
+                self.connect(qp).map_err(|e| format!("connect: {e}"))?;
+            }
+        }
+        Ok(self.deadline.is_some())
+    }
+
+    fn sock_fd(&self) -> RawFd {
+        self.sock.as_ref().map(|s| s.as_raw_fd()).unwrap_or(-1)
+    }
+
+    fn drop_sock(&mut self, qp: &Qp) {
+        if let Some(s) = self.sock.take() {
+            qp.sh.unwatch(s.as_raw_fd());
+        }
+        self.buf.clear();
+    }
+
+    /// Reads exactly one MPA Request/Reply frame; `None` until it is complete.
+    fn read_frame(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let fd = self.sock_fd();
+        loop {
+            let want = if self.buf.len() < mpa::HEADER_LEN {
+                mpa::HEADER_LEN
+            } else {
+                let pd = u16::from_be_bytes([self.buf[18], self.buf[19]]) as usize;
+                if pd > mpa::MAX_PRIVATE_DATA {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "private data too long"));
+                }
+                mpa::HEADER_LEN + pd
+            };
+            if self.buf.len() == want {
+                return Ok(Some(std::mem::take(&mut self.buf)));
+            }
+            let have = self.buf.len();
+            self.buf.resize(want, 0);
+            // SAFETY: reading into the tail of `buf`, which was just sized for it.
+            let n = unsafe {
+                libc::recv(fd, self.buf.as_mut_ptr().add(have) as *mut libc::c_void, want - have, libc::MSG_DONTWAIT)
+            };
+            if n <= 0 {
+                self.buf.truncate(have);
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed during MPA setup"));
+                }
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EAGAIN) {
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+            self.buf.truncate(have + n as usize);
+        }
+    }
+
+    fn private_data(qp: &Qp, ird: u32, ord: u32, to_qpn: u32) -> Vec<u8> {
+        let mut pd = vec![0u8; mpa::ENHANCED_LEN + PD_LEN];
+        mpa::EnhancedParams { ird: ird as u16, ord: ord as u16, peer_to_peer: true, rtr: mpa::Rtr::ZeroLengthWrite }
+            .emit(&mut pd[..mpa::ENHANCED_LEN]);
+        pd[4..8].copy_from_slice(PD_MAGIC);
+        pd[8..12].copy_from_slice(&qp.qpn.to_be_bytes());
+        pd[12..16].copy_from_slice(&to_qpn.to_be_bytes());
+        pd
+    }
+
+    fn send_frame(&self, frame: &mpa::FrameRepr) -> io::Result<()> {
+        let mut out = vec![0u8; frame.buffer_len()];
+        frame.emit(&mut mpa::Packet::new_unchecked(&mut out[..]));
+        write_all(self.sock_fd(), &out)
+    }
+
+    fn send_request(&mut self, qp: &Qp) -> io::Result<()> {
+        let (_, peer_qpn) = self.peer.expect("peer known");
+        let (ird, ord) = local_ird_ord(qp);
+        let pd = Self::private_data(qp, ird, ord, peer_qpn);
+        self.send_frame(&mpa::FrameRepr {
+            kind: mpa::FrameKind::Request,
+            markers: false,
+            crc: qp.sh.cfg.crc,
+            reject: false,
+            enhanced: true,
+            revision: 2,
+            private_data: &pd,
+        })
+    }
+
+    fn on_reply(&mut self, qp: &Qp, frame: &[u8]) -> Result<(), String> {
+        let pkt = mpa::Packet::new_checked(frame).map_err(|e| format!("bad MPA reply: {e}"))?;
+        let rep = mpa::FrameRepr::parse(&pkt).map_err(|e| format!("bad MPA reply: {e}"))?;
+        if rep.kind != mpa::FrameKind::Reply {
+            return Err("expected an MPA reply".into());
+        }
+        if rep.reject {
+            return Err("the peer rejected the connection".into());
+        }
+        if rep.markers {
+            return Err("the peer asked for MPA markers, which xiw does not use".into());
+        }
+        let (ird, _) = parse_private(rep.private_data, rep.enhanced, rep.revision)
+            .filter(|&(_, _, from, to)| Some(from) == self.peer.map(|p| p.1) && to == qp.qpn)
+            .map(|(ird, ord, _, _)| (ird, ord))
+            .ok_or("the MPA reply is not from the expected QP")?;
+        self.establish(qp, true, rep.crc, ird);
+        Ok(())
+    }
+
+    fn on_request(&mut self, frame: &[u8]) -> Result<(), ()> {
+        let pkt = mpa::Packet::new_checked(frame).map_err(drop)?;
+        let req = mpa::FrameRepr::parse(&pkt).map_err(drop)?;
+        if req.kind != mpa::FrameKind::Request || req.markers {
+            return Err(());
+        }
+        let (ird, _ord, from, _to) = parse_private(req.private_data, req.enhanced, req.revision).ok_or(())?;
+        self.request = Some(Request { crc: req.crc, ird, initiator_qpn: from });
+        Ok(())
+    }
+
+    /// Passive side at RTR with a request in hand: check it names this QP and
+    /// comes from the expected peer, then reply.
+    fn answer_request(&mut self, qp: &Qp) -> Result<(), String> {
+        let Some(req) = self.request.take() else { return Ok(()) };
+        let (peer_addr, peer_qpn) = self.peer.expect("peer known at RTR");
+        let from = peer_addr_of(self.sock_fd()).map(|a| a.ip());
+        let from_ok = from.map(|a| canonical(a) == canonical(peer_addr)).unwrap_or(false);
+        if req.initiator_qpn != peer_qpn || !from_ok {
+            self.reject(qp);
+            self.phase = Phase::AwaitRequest;
+            return Ok(());
+        }
+        let crc = req.crc || qp.sh.cfg.crc;
+        let (ird, ord) = local_ird_ord(qp);
+        let pd = Self::private_data(qp, ird, ord.min(req.ird), peer_qpn);
+        self.send_frame(&mpa::FrameRepr {
+            kind: mpa::FrameKind::Reply,
+            markers: false,
+            crc,
+            reject: false,
+            enhanced: true,
+            revision: 2,
+            private_data: &pd,
+        })
+        .map_err(|e| format!("sending MPA reply: {e}"))?;
+        self.establish(qp, false, crc, req.ird);
+        Ok(())
+    }
+
+    fn reject(&mut self, qp: &Qp) {
+        let _ = self.send_frame(&mpa::FrameRepr {
+            kind: mpa::FrameKind::Reply,
+            markers: false,
+            crc: false,
+            reject: true,
+            enhanced: false,
+            revision: 2,
+            private_data: &[],
+        });
+        self.request = None;
+        self.drop_sock(qp);
+    }
+
+    /// MPA is done: hand the stream to the data path.
+    fn establish(&mut self, qp: &Qp, initiator: bool, crc: bool, peer_ird: u32) {
+        let fd = self.sock_fd();
+        let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        let attrs = *qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+        let (ird, _) = local_ird_ord(qp);
+        {
+            let mut rx = qp.lock_rx();
+            let cur = rx.cur.take();
+            *rx = Rx::established(fd, crc, !initiator, attrs.qp_access_flags);
+            rx.cur = cur;
+        }
+        {
+            let mut t = qp.lock_tx();
+            t.fd = Some(fd);
+            t.crc = crc;
+            t.mulpdu = qp.sh.cfg.mulpdu;
+            t.gate = !initiator;
+            t.rtr = initiator;
+            t.peer_ird = peer_ird.max(1);
+            t.ord_max = t.peer_ird.min((attrs.max_rd_atomic as u32).max(1));
+            t.ird_max = ird;
+        }
+        self.phase = Phase::Established;
+        self.deadline = None;
+        crate::log::debug(
+            &qp.sh,
+            format_args!(
+                "qp {}: connected to {:?} ({}, CRC {})",
+                qp.qpn,
+                self.peer,
+                if initiator { "initiator" } else { "responder" },
+                if crc { "on" } else { "off" }
+            ),
+        );
+        let _ = qp.sh.watch_data_new(fd, qp.qpn);
+        tx::kick(qp);
+    }
+
+    pub fn close(&mut self, sh: &Shared) {
+        if let Some(s) = &self.sock {
+            sh.unwatch(s.as_raw_fd());
+            // SAFETY: shutdown on a socket we own; it stays open until dropped.
+            unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+        self.phase = Phase::Closed;
+        self.deadline = None;
+        self.retry_at = None;
+    }
+
+    /// Back to RESET: forget the stream and the peer (the listener and QPN stay).
+    pub fn reset(&mut self, sh: &Shared) {
+        self.close(sh);
+        self.sock = None;
+        self.phase = Phase::Idle;
+        self.peer = None;
+        self.request = None;
+        self.buf.clear();
+    }
+}
+
+fn local_ird_ord(qp: &Qp) -> (u32, u32) {
+    let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+    let ird = (a.max_dest_rd_atomic as u32).clamp(1, MAX_RD_ATOMIC);
+    let ord = if a.max_rd_atomic == 0 { MAX_RD_ATOMIC } else { a.max_rd_atomic as u32 };
+    (ird, ord)
+}
+
+/// (peer IRD, peer ORD, sender QPN, receiver QPN) from xiw's private data.
+fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<(u32, u32, u32, u32)> {
+    let (ird, ord, rest) = if enhanced || revision == 2 {
+        let e = mpa::EnhancedParams::parse(pd.get(..mpa::ENHANCED_LEN)?).ok()?;
+        (e.ird as u32, e.ord as u32, &pd[mpa::ENHANCED_LEN..])
+    } else {
+        (1, 1, pd)
+    };
+    if rest.len() < PD_LEN || &rest[..4] != PD_MAGIC {
+        return None;
+    }
+    let from = u32::from_be_bytes(rest[4..8].try_into().ok()?);
+    let to = u32::from_be_bytes(rest[8..12].try_into().ok()?);
+    Some((ird, ord, from, to))
+}
+
+fn canonical(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(a),
+        v4 => v4,
+    }
+}
+
+fn socket_for(addr: IpAddr) -> io::Result<OwnedFd> {
+    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn sockaddr(sa: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match sa {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in, sin) };
+            (st, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            (st, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
+
+fn from_storage(st: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match st.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin = unsafe { &*(st as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::new(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()), u16::from_be(sin.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*(st as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::new(IpAddr::from(sin6.sin6_addr.s6_addr), u16::from_be(sin6.sin6_port)))
+        }
+        _ => None,
+    }
+}
+
+fn bind(fd: RawFd, sa: SocketAddr) -> io::Result<()> {
+    let (st, len) = sockaddr(sa);
+    // SAFETY: `st` holds a valid sockaddr of `len` bytes.
+    if unsafe { libc::bind(fd, &st as *const _ as *const libc::sockaddr, len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
+    // SAFETY: zeroed storage is valid; getsockname writes at most `len` bytes.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: as above.
+    if unsafe { libc::getsockname(fd, &mut st as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    from_storage(&st).ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
+}
+
+fn peer_addr_of(fd: RawFd) -> Option<SocketAddr> {
+    // SAFETY: zeroed storage is valid; getpeername writes at most `len` bytes.
+    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: as above.
+    if unsafe { libc::getpeername(fd, &mut st as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
+        return None;
+    }
+    from_storage(&st)
+}
+
+fn set_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
+    // SAFETY: setsockopt with a pointer to a live int.
+    let r = unsafe {
+        libc::setsockopt(fd, level, name, &v as *const i32 as *const libc::c_void, std::mem::size_of::<i32>() as u32)
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut v: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: getsockopt into a live int of `len` bytes.
+    let r = unsafe { libc::getsockopt(fd, level, name, &mut v as *mut i32 as *mut libc::c_void, &mut len) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+/// Writes a small control frame on a fresh connection, waiting briefly if needed.
+fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !data.is_empty() {
+        // SAFETY: sending from a live slice on our socket.
+        let n = unsafe {
+            libc::send(fd, data.as_ptr() as *const libc::c_void, data.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+        };
+        if n > 0 {
+            data = &data[n as usize..];
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        if n < 0 && e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline {
+            let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, 10) };
+            continue;
+        }
+        return Err(e);
+    }
+    Ok(())
+}

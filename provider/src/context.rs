@@ -1,0 +1,249 @@
+//! Per-device-context state shared by the verbs and the progress thread.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use xiw_abi::verbs::*;
+
+use crate::devinfo::DeviceInfo;
+use crate::mem::MrTable;
+use crate::qp::Qp;
+
+/// Knobs, read once per context from the environment.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Ask for MPA CRC32c (XIW_CRC=0 turns it off; a peer asking for it still gets it).
+    pub crc: bool,
+    /// How long RTR waits for the peer (XIW_CONNECT_TIMEOUT_MS).
+    pub connect_timeout: Duration,
+    /// How long the progress thread polls after activity before it sleeps (XIW_SPIN_US).
+    pub spin: Duration,
+    /// Largest DDP payload per FPDU (XIW_MULPDU).
+    pub mulpdu: usize,
+    pub debug: bool,
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        fn num(name: &str, default: u64) -> u64 {
+            std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+        }
+        Config {
+            crc: num("XIW_CRC", 1) != 0,
+            connect_timeout: Duration::from_millis(num("XIW_CONNECT_TIMEOUT_MS", 10_000)),
+            spin: Duration::from_micros(num("XIW_SPIN_US", 0)),
+            mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
+            debug: crate::log::env_debug(),
+        }
+    }
+}
+
+pub const TOKEN_KICK: u64 = 0;
+pub const KIND_LISTEN: u64 = 1;
+pub const KIND_CM: u64 = 2;
+pub const KIND_DATA: u64 = 3;
+
+pub fn token(qpn: u32, kind: u64) -> u64 {
+    (qpn as u64) << 8 | kind
+}
+
+pub struct Shared {
+    pub dev: DeviceInfo,
+    pub cfg: Config,
+    pub mrs: MrTable,
+    qps: RwLock<HashMap<u32, Arc<Qp>>>,
+    pub epfd: OwnedFd,
+    pub kick: OwnedFd,
+    async_w: OwnedFd,
+    /// The `verbs_context` this state belongs to (for libibverbs' log).
+    pub vctx: AtomicUsize,
+    pub shutdown: AtomicBool,
+    timers: Mutex<Vec<Weak<Qp>>>,
+    pub has_timers: AtomicBool,
+    /// Application handles of CQs and SRQs, for async events.
+    handles: Mutex<HashMap<u32, usize>>,
+    ids: AtomicU32,
+}
+
+impl Shared {
+    /// Returns the state and the read end of the async-event pipe.
+    pub fn new(dev: DeviceInfo, cfg: Config) -> io::Result<(Shared, OwnedFd)> {
+        let mut p = [0; 2];
+        // SAFETY: pipe2 fills two descriptors that we then own.
+        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh descriptors from pipe2.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        // The reader blocks (ibv_get_async_event waits); only the writer must not.
+        // SAFETY: fcntl on our own descriptor.
+        unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFL, 0) };
+        // SAFETY: plain syscalls returning new descriptors.
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor.
+        let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
+        // SAFETY: plain syscall.
+        let kick = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if kick < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor.
+        let kick = unsafe { OwnedFd::from_raw_fd(kick) };
+        let sh = Shared {
+            dev,
+            cfg,
+            mrs: MrTable::default(),
+            qps: RwLock::new(HashMap::new()),
+            epfd,
+            kick,
+            async_w: w,
+            vctx: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            timers: Mutex::new(Vec::new()),
+            has_timers: AtomicBool::new(false),
+            handles: Mutex::new(HashMap::new()),
+            ids: AtomicU32::new(1),
+        };
+        sh.epoll(libc::EPOLL_CTL_ADD, sh.kick.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_KICK)?;
+        Ok((sh, r))
+    }
+
+    pub fn next_id(&self) -> u32 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn qp(&self, qpn: u32) -> Option<Arc<Qp>> {
+        self.qps.read().unwrap_or_else(|e| e.into_inner()).get(&qpn).cloned()
+    }
+
+    pub fn qp_count(&self) -> usize {
+        self.qps.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn qps_using(&self, f: impl Fn(&Qp) -> bool) -> bool {
+        self.qps.read().unwrap_or_else(|e| e.into_inner()).values().any(|q| f(q))
+    }
+
+    /// Makes a new QP reachable: in the table, and its listener watched.
+    pub fn register_qp(&self, qp: Arc<Qp>) -> io::Result<()> {
+        let fd = qp.lock_cm().listener.fd.as_raw_fd();
+        let qpn = qp.qpn;
+        self.qps.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, qp);
+        if let Err(e) = self.epoll(libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32, token(qpn, KIND_LISTEN)) {
+            self.qps.write().unwrap_or_else(|e| e.into_inner()).remove(&qpn);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    pub fn unregister_qp(&self, qpn: u32) -> Option<Arc<Qp>> {
+        let qp = self.qps.write().unwrap_or_else(|e| e.into_inner()).remove(&qpn)?;
+        self.unwatch(qp.lock_cm().listener.fd.as_raw_fd());
+        Some(qp)
+    }
+
+    pub fn set_handle(&self, id: u32, handle: usize) {
+        let mut h = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        if handle == 0 {
+            h.remove(&id);
+        } else {
+            h.insert(id, handle);
+        }
+    }
+
+    fn epoll(&self, op: i32, fd: RawFd, events: u32, tok: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: tok };
+        // SAFETY: epoll_ctl with a live event struct on descriptors we own.
+        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut ev) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// A connection socket during MPA setup: `add` registers it, `out` asks for writability.
+    pub fn watch_cm(&self, fd: RawFd, qpn: u32, out: bool, add: bool) -> io::Result<()> {
+        let ev = libc::EPOLLIN as u32 | if out { libc::EPOLLOUT as u32 } else { 0 };
+        let op = if add { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_MOD };
+        self.epoll(op, fd, ev, token(qpn, KIND_CM))
+    }
+
+    /// The established stream: from now on its events go to the data path.
+    pub fn watch_data_new(&self, fd: RawFd, qpn: u32) -> io::Result<()> {
+        self.epoll(libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, token(qpn, KIND_DATA))
+    }
+
+    pub fn watch_data(&self, fd: RawFd, qpn: u32, out: bool) {
+        let ev = libc::EPOLLIN as u32 | if out { libc::EPOLLOUT as u32 } else { 0 };
+        let _ = self.epoll(libc::EPOLL_CTL_MOD, fd, ev, token(qpn, KIND_DATA));
+    }
+
+    pub fn unwatch(&self, fd: RawFd) {
+        let _ = self.epoll(libc::EPOLL_CTL_DEL, fd, 0, 0);
+    }
+
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { libc::write(self.kick.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+
+    pub fn add_timer(&self, qp: &Qp) {
+        if let Some(arc) = self.qp(qp.qpn) {
+            self.timers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&arc));
+            self.has_timers.store(true, Ordering::Release);
+            self.wake();
+        }
+    }
+
+    pub fn take_timers(&self) -> Vec<Weak<Qp>> {
+        std::mem::take(&mut *self.timers.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn keep_timers(&self, keep: Vec<Weak<Qp>>) {
+        let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
+        t.extend(keep);
+        self.has_timers.store(!t.is_empty(), Ordering::Release);
+    }
+
+    fn post_event(&self, element: usize, event_type: u32) {
+        if element == 0 {
+            return;
+        }
+        let mut rec = [0u8; 16];
+        rec[..8].copy_from_slice(&(element as u64).to_ne_bytes());
+        rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
+        // SAFETY: writing a 16-byte record to our pipe; a full pipe drops the event.
+        unsafe { libc::write(self.async_w.as_raw_fd(), rec.as_ptr() as *const libc::c_void, 16) };
+    }
+
+    pub fn qp_event(&self, qp: &Qp, event: u32) {
+        if event != NO_EVENT {
+            self.post_event(qp.handle.load(Ordering::Acquire), event);
+        }
+    }
+
+    pub fn cq_overflow(&self, cq_id: u32) {
+        let h = self.handles.lock().unwrap_or_else(|e| e.into_inner()).get(&cq_id).copied();
+        if let Some(h) = h {
+            crate::log::warn(self, format_args!("completion queue overrun"));
+            self.post_event(h, IBV_EVENT_CQ_ERR);
+        }
+    }
+
+    pub fn srq_limit_event(&self, srq_id: u32) {
+        let h = self.handles.lock().unwrap_or_else(|e| e.into_inner()).get(&srq_id).copied();
+        if let Some(h) = h {
+            self.post_event(h, IBV_EVENT_SRQ_LIMIT_REACHED);
+        }
+    }
+}
+
+/// `Qp::fail` without an async event (the application asked for the error state).
+pub const NO_EVENT: u32 = u32::MAX;

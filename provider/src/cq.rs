@@ -1,0 +1,102 @@
+//! Completion queues: a ring of [`Cqe`] filled by the engine, drained by `poll_cq`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use parking_lot::lock_api::RawMutex as _;
+
+use xiw_abi::ring::*;
+
+use crate::queue::Ring;
+
+pub struct Cq {
+    pub id: u32,
+    pub ring: Ring,
+    produce: Mutex<()>,
+    consume: parking_lot::Mutex<()>,
+    /// Set when a completion could not be stored; the CQ is then in error.
+    pub overflowed: AtomicBool,
+}
+
+impl Cq {
+    pub fn new(id: u32, cqe: u32) -> std::io::Result<Cq> {
+        Ok(Cq {
+            id,
+            ring: Ring::new(RING_KIND_CQ, cqe + 1, std::mem::size_of::<Cqe>() as u32, id)?,
+            produce: Mutex::new(()),
+            consume: parking_lot::Mutex::new(()),
+            overflowed: AtomicBool::new(false),
+        })
+    }
+
+    /// Capacity reported to the application.
+    pub fn capacity(&self) -> u32 {
+        self.ring.entries - 1
+    }
+
+    /// Stores one completion; false if the CQ is full (an overrun).
+    pub fn push(&self, cqe: Cqe) -> bool {
+        let _g = self.produce.lock().unwrap_or_else(|e| e.into_inner());
+        let p = self.ring.producer();
+        if p.wrapping_sub(self.ring.consumer()) >= self.capacity() {
+            self.overflowed.store(true, Ordering::Release);
+            return false;
+        }
+        // SAFETY: slot `p` is free (fewer than `entries` in use) and only producers,
+        // serialised by `produce`, write it.
+        unsafe { self.ring.write(p, 0, cqe) };
+        self.ring.publish(p.wrapping_add(1));
+        true
+    }
+
+    /// Takes up to `max` completions, handing each to `f`.
+    pub fn poll(&self, max: usize, mut f: impl FnMut(usize, &Cqe)) -> usize {
+        let _g = self.consume.lock();
+        let c = self.ring.consumer();
+        let avail = self.ring.producer().wrapping_sub(c) as usize;
+        let n = avail.min(max);
+        for i in 0..n {
+            // SAFETY: slots in [consumer, producer) are published and owned by consumers,
+            // serialised by `consume`.
+            let cqe: Cqe = unsafe { self.ring.read(c.wrapping_add(i as u32), 0) };
+            f(i, &cqe);
+        }
+        if n > 0 {
+            self.ring.release(c.wrapping_add(n as u32));
+        }
+        n
+    }
+
+    /// Extended-CQ polling (`start_poll` .. `end_poll`) holds the consumer lock
+    /// across calls: take it here and release it with [`Cq::unlock_consumer`].
+    pub fn lock_consumer(&self) {
+        // SAFETY: the raw lock is only released by `unlock_consumer`, by its holder.
+        unsafe { self.consume.raw() }.lock();
+    }
+
+    /// # Safety
+    /// The caller took the lock with [`Cq::lock_consumer`].
+    pub unsafe fn unlock_consumer(&self) {
+        // SAFETY: per the function contract.
+        unsafe { self.consume.raw().unlock() }
+    }
+
+    /// With the consumer lock held: the completion at the consumer index, if any.
+    pub fn head(&self) -> Option<Cqe> {
+        let c = self.ring.consumer();
+        if self.ring.producer() == c {
+            return None;
+        }
+        // SAFETY: the slot is published and the caller holds the consumer lock.
+        Some(unsafe { self.ring.read(c, 0) })
+    }
+
+    /// With the consumer lock held: consumes the completion at the consumer index.
+    pub fn advance(&self) {
+        self.ring.release(self.ring.consumer().wrapping_add(1));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ring.used() == 0
+    }
+}

@@ -1,0 +1,188 @@
+//! Registration with libibverbs, devices and contexts.
+
+use std::ffi::CStr;
+use std::os::fd::IntoRawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use xiw_abi::driver::*;
+use xiw_abi::verbs::*;
+
+use crate::context::{Config, Shared};
+use crate::devinfo::DeviceInfo;
+use crate::verbs::{self, XiwContext};
+
+/// `uverbsN/abi_version` that `xiw up` writes; a kernel shim will answer the same.
+pub const UVERBS_ABI: u32 = 1;
+
+struct MatchTable([verbs_match_ent; 2]);
+// SAFETY: immutable static data pointing at static strings.
+unsafe impl Sync for MatchTable {}
+
+static MATCH: MatchTable = MatchTable([
+    verbs_match_ent {
+        driver_data: ptr::null_mut(),
+        u: verbs_match_ent_u { modalias: c"rdma_device:*Nxiw*".as_ptr() },
+        vendor: 0,
+        device: 0,
+        kind: VERBS_MATCH_MODALIAS,
+    },
+    verbs_match_ent {
+        driver_data: ptr::null_mut(),
+        u: verbs_match_ent_u { driver_id: 0 },
+        vendor: 0,
+        device: 0,
+        kind: VERBS_MATCH_SENTINEL,
+    },
+]);
+
+static DEVICE_OPS: verbs_device_ops = verbs_device_ops {
+    name: c"xiw".as_ptr(),
+    match_min_abi_version: UVERBS_ABI,
+    match_max_abi_version: UVERBS_ABI,
+    match_table: &MATCH.0 as *const _ as *const verbs_match_ent,
+    static_providers: ptr::null(),
+    match_device: None,
+    alloc_context: Some(alloc_context),
+    import_context: None,
+    alloc_device: Some(alloc_device),
+    uninit_device: Some(uninit_device),
+};
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = register;
+
+extern "C" fn register() {
+    let _ = catch_unwind(|| match rdma_core_version() {
+        Some(v) if KNOWN_RDMA_CORE.contains(&v.as_str()) => {
+            // SAFETY: DEVICE_OPS is a static that lives as long as the library.
+            unsafe { verbs_register_driver_34(&DEVICE_OPS) }
+        }
+        Some(v) => eprintln!(
+            "xiw: not registering: built for rdma-core {} (private ABI {PRIVATE_ABI}), running with rdma-core {v}",
+            KNOWN_RDMA_CORE.join(", ")
+        ),
+        None => eprintln!("xiw: not registering: cannot tell which rdma-core version loaded this provider"),
+    });
+}
+
+/// The rdma-core version of the libibverbs in this process, from its file name
+/// (`libibverbs.so.1.14.44.0` is rdma-core 44.0).
+fn rdma_core_version() -> Option<String> {
+    // SAFETY: an all-zero Dl_info is valid; dladdr fills it for a symbol we link.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: the address of a libibverbs function.
+    if unsafe { libc::dladdr(verbs_register_driver_34 as *const libc::c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
+        return None;
+    }
+    // SAFETY: dladdr returns a NUL-terminated path.
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?.to_owned();
+    let real = std::fs::canonicalize(&path).ok()?;
+    let name = real.file_name()?.to_str()?;
+    let v = name.strip_prefix("libibverbs.so.1.")?;
+    let (_, core) = v.split_once('.')?;
+    Some(core.to_owned())
+}
+
+unsafe extern "C" fn alloc_device(_sysfs: *mut verbs_sysfs_dev) -> *mut verbs_device {
+    catch_unwind(|| {
+        // SAFETY: verbs_device is plain data that libibverbs fills in; zero is valid.
+        let dev: Box<verbs_device> = Box::new(unsafe { std::mem::zeroed() });
+        Box::into_raw(dev)
+    })
+    .unwrap_or(ptr::null_mut())
+}
+
+unsafe extern "C" fn uninit_device(dev: *mut verbs_device) {
+    if !dev.is_null() {
+        // SAFETY: allocated by alloc_device.
+        drop(unsafe { Box::from_raw(dev) });
+    }
+}
+
+unsafe extern "C" fn alloc_context(dev: *mut ibv_device, cmd_fd: i32, _private: *mut libc::c_void) -> *mut verbs_context {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: libibverbs passes the device it matched to us.
+        let path = unsafe { CStr::from_ptr((*dev).ibdev_path.as_ptr()) }.to_string_lossy().into_owned();
+        let info = match DeviceInfo::load(std::path::Path::new(&path)) {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("xiw: cannot read the device description under {path}: {e} (run `xiw up`)");
+                return ptr::null_mut();
+            }
+        };
+        // SAFETY: libibverbs allocates size_of::<XiwContext>() zeroed bytes with the
+        // verbs_context at offset 0, and initialises it.
+        let ctx = unsafe {
+            _verbs_init_and_alloc_context(dev, cmd_fd, std::mem::size_of::<XiwContext>(), ptr::null_mut(), 0)
+        } as *mut XiwContext;
+        if ctx.is_null() {
+            return ptr::null_mut();
+        }
+        let (sh, async_r) = match Shared::new(info, Config::from_env()) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("xiw: cannot set up the device context: {e}");
+                // SAFETY: undo _verbs_init_and_alloc_context.
+                unsafe {
+                    verbs_uninit_context(&mut (*ctx).vctx);
+                    libc::free(ctx as *mut libc::c_void);
+                }
+                return ptr::null_mut();
+            }
+        };
+        let sh = Arc::new(sh);
+        sh.vctx.store(ctx as usize, Ordering::Release);
+        let worker = sh.clone();
+        let thread = std::thread::Builder::new()
+            .name("xiw-progress".into())
+            .spawn(move || crate::progress::run(worker));
+        let thread = match thread {
+            Ok(t) => t,
+            Err(_) => {
+                // SAFETY: undo _verbs_init_and_alloc_context.
+                unsafe {
+                    verbs_uninit_context(&mut (*ctx).vctx);
+                    libc::free(ctx as *mut libc::c_void);
+                }
+                return ptr::null_mut();
+            }
+        };
+        let ops = verbs::ops();
+        // SAFETY: ctx is ours and initialised by libibverbs.
+        unsafe {
+            (*ctx).sh = Arc::into_raw(sh);
+            (*ctx).progress = Box::into_raw(Box::new(thread));
+            (*ctx).vctx.context.async_fd = async_r.into_raw_fd();
+            verbs_set_ops(&mut (*ctx).vctx, &ops);
+            &mut (*ctx).vctx
+        }
+    }))
+    .unwrap_or(ptr::null_mut())
+}
+
+pub unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: ibv_context sits at a fixed offset inside our XiwContext.
+        let ctx = unsafe {
+            (ibctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext
+        };
+        // SAFETY: set in alloc_context; taken back exactly once here.
+        let (sh, thread) = unsafe { (Arc::from_raw((*ctx).sh), Box::from_raw((*ctx).progress)) };
+        sh.shutdown.store(true, Ordering::Release);
+        sh.wake();
+        let _ = thread.join();
+        sh.vctx.store(0, Ordering::Release);
+        drop(sh);
+        // SAFETY: undo _verbs_init_and_alloc_context; libibverbs calloc'd the block.
+        unsafe {
+            verbs_uninit_context(&mut (*ctx).vctx);
+            libc::free(ctx as *mut libc::c_void);
+        }
+    }));
+}

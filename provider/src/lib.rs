@@ -1,0 +1,23 @@
+//! xiw: a software iWARP RNIC as an rdma-core (libibverbs) provider.
+//!
+//! The file names follow the RNIC's parts: `cm` (connection and MPA), `qp` and
+//! `qpstate` (queue pairs), `tx` and `rx` (the data path), `mem` (STags), `cq`,
+//! `srq`, `verbs` (the C surface), `device` (registration), `wire` (codecs).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod cm;
+pub mod context;
+pub mod cq;
+pub mod devinfo;
+pub mod device;
+pub mod log;
+pub mod mem;
+pub mod progress;
+pub mod qp;
+pub mod qpstate;
+pub mod queue;
+pub mod rx;
+pub mod srq;
+pub mod tx;
+pub mod verbs;
+pub mod wire;

@@ -1,0 +1,37 @@
+//! Diagnostics: silent unless asked. `XIW_DEBUG=1` prints to stderr; otherwise
+//! messages go through libibverbs' own log (VERBS_LOG_LEVEL / VERBS_LOG_FILE).
+
+use std::ffi::CString;
+use std::fmt;
+use std::sync::atomic::Ordering;
+
+use xiw_abi::driver::{self, __verbs_log};
+
+use crate::context::Shared;
+
+pub fn debug(sh: &Shared, args: fmt::Arguments) {
+    emit(sh, driver::VERBS_LOG_DEBUG, args)
+}
+
+pub fn warn(sh: &Shared, args: fmt::Arguments) {
+    emit(sh, driver::VERBS_LOG_WARN, args)
+}
+
+fn emit(sh: &Shared, level: u32, args: fmt::Arguments) {
+    if sh.cfg.debug {
+        eprintln!("xiw: {}: {}", sh.dev.ibdev, args);
+        return;
+    }
+    let vctx = sh.vctx.load(Ordering::Acquire);
+    if vctx == 0 {
+        return;
+    }
+    let Ok(msg) = CString::new(format!("xiw: {}: {}\n", sh.dev.ibdev, args)) else { return };
+    // SAFETY: `vctx` is the live context that owns `sh`; the format takes one C string.
+    unsafe { __verbs_log(vctx as *mut _, level, c"%s".as_ptr(), msg.as_ptr()) };
+}
+
+/// Whether XIW_DEBUG asks for diagnostics on stderr.
+pub fn env_debug() -> bool {
+    std::env::var_os("XIW_DEBUG").is_some_and(|v| !v.is_empty() && v != "0")
+}

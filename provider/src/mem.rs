@@ -1,0 +1,216 @@
+//! Protection domains, memory regions and STag checks.
+//!
+//! An STag is `index << 8 | key`: the index picks the table slot, the key (bumped
+//! on every reuse of the slot) makes a stale STag miss. Every access from the
+//! network or from a work request goes through [`MrTable`], which checks STag,
+//! PD, permission and bounds before a byte is touched, under a read lock that
+//! deregistration waits for, so memory is never touched after `ibv_dereg_mr`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
+
+use xiw_abi::verbs::*;
+
+/// Why an access was refused, mapped to a Terminate code or a completion status by the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    #[error("invalid STag")]
+    InvalidStag,
+    #[error("STag belongs to another protection domain")]
+    WrongPd,
+    #[error("access rights violation")]
+    Access,
+    #[error("base or bounds violation")]
+    Bounds,
+    #[error("tagged offset wraps")]
+    Wrap,
+}
+
+pub struct Mr {
+    /// Host address of the first byte.
+    pub addr: u64,
+    /// Address the peer uses for the first byte (the tagged offset base).
+    pub iova: u64,
+    pub len: u64,
+    pub access: u32,
+    pub pd: u32,
+    pub key: u8,
+    valid: AtomicBool,
+}
+
+impl Mr {
+    fn check(&self, pd: u32, to: u64, len: u64, need: u32) -> Result<u64, AccessError> {
+        if !self.valid.load(Ordering::Acquire) {
+            return Err(AccessError::InvalidStag);
+        }
+        if self.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        if self.access & need != need {
+            return Err(AccessError::Access);
+        }
+        let end = to.checked_add(len).ok_or(AccessError::Wrap)?;
+        if to < self.iova || end > self.iova + self.len {
+            return Err(AccessError::Bounds);
+        }
+        Ok(self.addr + (to - self.iova))
+    }
+}
+
+/// Access bits a local work request needs (not in `enum ibv_access_flags`).
+pub const NEED_NONE: u32 = 0;
+
+#[derive(Default)]
+pub struct MrTable {
+    slots: RwLock<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    mrs: Vec<Option<Mr>>,
+    keys: Vec<u8>,
+    free: Vec<u32>,
+}
+
+impl MrTable {
+    pub fn register(&self, pd: u32, addr: u64, len: u64, iova: u64, access: u32) -> u32 {
+        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let index = match s.free.pop() {
+            Some(i) => i,
+            None => {
+                // Slot 0 is never used: STags below 256 stay invalid.
+                if s.mrs.is_empty() {
+                    s.mrs.push(None);
+                    s.keys.push(0);
+                }
+                s.mrs.push(None);
+                s.keys.push(0);
+                (s.mrs.len() - 1) as u32
+            }
+        };
+        let key = s.keys[index as usize].wrapping_add(1);
+        s.keys[index as usize] = key;
+        s.mrs[index as usize] = Some(Mr {
+            addr,
+            iova,
+            len,
+            access,
+            pd,
+            key,
+            valid: AtomicBool::new(true),
+        });
+        index << 8 | key as u32
+    }
+
+    /// Removes an MR; waits for any access in progress (it holds the read lock).
+    pub fn deregister(&self, stag: u32) -> bool {
+        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let index = (stag >> 8) as usize;
+        match s.mrs.get(index) {
+            Some(Some(mr)) if mr.key == stag as u8 => {
+                s.mrs[index] = None;
+                s.free.push(index as u32);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Invalidates an STag (Send with Invalidate, Local Invalidate). RFC 5040 section 6.4.
+    pub fn invalidate(&self, stag: u32, pd: u32) -> Result<(), AccessError> {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let mr = lookup(&s, stag)?;
+        if mr.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        mr.valid.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Runs `f` on the host memory `[to, to+len)` of `stag` after every check.
+    /// The slice is only valid inside `f`; deregistration waits for it.
+    pub fn with_mem<R>(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        len: usize,
+        need: u32,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, AccessError> {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let host = lookup(&s, stag)?.check(pd, to, len as u64, need)?;
+        Ok(f(host as *mut u8))
+    }
+
+    /// Copies `data` into `[to, to+len)` of `stag`, after every check.
+    pub fn write(&self, stag: u32, pd: u32, to: u64, data: &[u8], need: u32) -> Result<(), AccessError> {
+        self.with_mem(stag, pd, to, data.len(), need, |p| {
+            // SAFETY: the range lies inside a registered MR (checked under the read lock,
+            // which deregistration must wait for); registration is the owner's promise
+            // that the memory stays mapped and writable while registered.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+        })
+    }
+
+    /// Appends `[to, to+len)` of `stag` to `out`, after every check.
+    pub fn read(&self, stag: u32, pd: u32, to: u64, len: usize, need: u32, out: &mut Vec<u8>) -> Result<(), AccessError> {
+        self.with_mem(stag, pd, to, len, need, |p| {
+            // SAFETY: as in `write`, the range is inside a registered MR.
+            let src = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
+            out.extend_from_slice(src);
+        })
+    }
+
+    pub fn access_of(&self, stag: u32) -> Option<u32> {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        lookup(&s, stag).ok().map(|m| m.access)
+    }
+
+    pub fn count_for_pd(&self, pd: u32) -> usize {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        s.mrs.iter().flatten().filter(|m| m.pd == pd).count()
+    }
+}
+
+fn lookup(s: &Slots, stag: u32) -> Result<&Mr, AccessError> {
+    match s.mrs.get((stag >> 8) as usize) {
+        Some(Some(mr)) if mr.key == stag as u8 => Ok(mr),
+        _ => Err(AccessError::InvalidStag),
+    }
+}
+
+/// Access flags xiw understands at registration.
+pub const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_RELAXED_ORDERING;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stag_checks() {
+        let t = MrTable::default();
+        let mut buf = vec![0u8; 64];
+        let addr = buf.as_mut_ptr() as u64;
+        let stag = t.register(1, addr, 64, 0x1000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        assert!(stag >> 8 >= 1);
+        t.write(stag, 1, 0x1010, b"abc", IBV_ACCESS_REMOTE_WRITE).unwrap();
+        assert_eq!(&buf[16..19], b"abc");
+        assert_eq!(t.write(stag, 2, 0x1010, b"x", 0), Err(AccessError::WrongPd));
+        assert_eq!(t.write(stag, 1, 0x103f, b"xy", 0), Err(AccessError::Bounds));
+        assert_eq!(t.write(stag, 1, 0xfff, b"x", 0), Err(AccessError::Bounds));
+        assert_eq!(t.write(stag, 1, u64::MAX, b"xy", 0), Err(AccessError::Wrap));
+        assert_eq!(t.write(stag, 1, 0x1000, b"x", IBV_ACCESS_REMOTE_READ), Err(AccessError::Access));
+        assert_eq!(t.write(stag ^ 1, 1, 0x1000, b"x", 0), Err(AccessError::InvalidStag));
+        t.invalidate(stag, 1).unwrap();
+        assert_eq!(t.write(stag, 1, 0x1000, b"x", 0), Err(AccessError::InvalidStag));
+        assert!(t.deregister(stag));
+        let again = t.register(1, addr, 64, addr, 0);
+        assert_ne!(again, stag, "a reused slot gets a new key");
+        assert_eq!(t.write(stag, 1, 0x1000, b"x", 0), Err(AccessError::InvalidStag));
+    }
+}

@@ -1,0 +1,94 @@
+//! The progress thread: one per device context. It accepts connections, runs
+//! the MPA exchange, receives and places data, and finishes transmissions the
+//! posting threads could not (socket full). It never blocks on one QP.
+
+use std::os::fd::AsRawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use xiw_abi::verbs::*;
+
+use crate::context::*;
+use crate::{rx, tx};
+
+pub fn run(sh: Arc<Shared>) {
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
+    let mut last_activity = Instant::now();
+    loop {
+        let spinning = !sh.cfg.spin.is_zero() && last_activity.elapsed() < sh.cfg.spin;
+        let timeout = if spinning {
+            0
+        } else if sh.has_timers.load(Ordering::Acquire) {
+            20
+        } else {
+            -1
+        };
+        // SAFETY: `events` has room for `len` entries; epfd is ours.
+        let n = unsafe { libc::epoll_wait(sh.epfd.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout) };
+        if sh.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        if n > 0 {
+            last_activity = Instant::now();
+        }
+        for ev in &events[..n.max(0) as usize] {
+            let (tok, bits) = (ev.u64, ev.events);
+            if tok == TOKEN_KICK {
+                let mut v = 0u64;
+                // SAFETY: reading 8 bytes from our eventfd into a live u64.
+                unsafe { libc::read(sh.kick.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+                continue;
+            }
+            let r = catch_unwind(AssertUnwindSafe(|| dispatch(&sh, tok, bits)));
+            if r.is_err() {
+                crate::log::warn(&sh, format_args!("internal error handling an event; QP {} put in error", tok >> 8));
+                if let Some(qp) = sh.qp((tok >> 8) as u32) {
+                    qp.fail("internal error", None, None, IBV_EVENT_QP_FATAL);
+                }
+            }
+        }
+        if sh.has_timers.load(Ordering::Acquire) {
+            let now = Instant::now();
+            let mut keep = Vec::new();
+            for w in sh.take_timers() {
+                let Some(qp) = w.upgrade() else { continue };
+                let r = qp.lock_cm().tick(&qp, now);
+                match r {
+                    Ok(true) => keep.push(w),
+                    Ok(false) => {}
+                    Err(why) => qp.fail(&why, None, None, IBV_EVENT_QP_FATAL),
+                }
+            }
+            sh.keep_timers(keep);
+        }
+    }
+}
+
+fn dispatch(sh: &Shared, tok: u64, bits: u32) {
+    let Some(qp) = sh.qp((tok >> 8) as u32) else { return };
+    match tok & 0xff {
+        KIND_LISTEN => qp.lock_cm().on_listener(&qp),
+        KIND_CM => {
+            let writable = bits & (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
+            let r = qp.lock_cm().on_sock(&qp, writable);
+            if let Err(why) = r {
+                qp.fail(&why, None, None, IBV_EVENT_QP_FATAL);
+            }
+        }
+        KIND_DATA => {
+            if bits & (libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0 {
+                if let Err(f) = rx::on_readable(&qp) {
+                    qp.fail_with(f);
+                    return;
+                }
+            }
+            if bits & libc::EPOLLOUT as u32 != 0 {
+                tx::kick(&qp);
+            }
+        }
+        _ => {}
+    }
+}
+

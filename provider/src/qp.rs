@@ -1,0 +1,442 @@
+//! Queue pairs: work queues, state, completions and flushing.
+//!
+//! Locks, always taken in this order: `cm` → `rx` → `tx`. A path that
+//! holds a later lock never waits for an earlier one; errors found under a lock
+//! are returned and acted on ([`Qp::fail`]) after it is dropped.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use xiw_abi::ring::{self, Cqe, RecvWqe, SendWqe, Sge};
+use xiw_abi::verbs::*;
+
+use crate::context::Shared;
+use crate::cq::Cq;
+use crate::queue::Ring;
+use crate::srq::Srq;
+use crate::{cm, rx, tx};
+
+pub const MAX_QP_WR: u32 = 16384;
+pub const MAX_SGE: u32 = 16;
+pub const MAX_INLINE: u32 = 256;
+/// IRD/ORD limit (RFC 6581 allows 14 bits; this is what xiw provisions).
+pub const MAX_RD_ATOMIC: u32 = 128;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline: u32,
+}
+
+/// Attributes set through modify_qp, reported by query_qp.
+#[derive(Clone, Copy, Default)]
+pub struct Attrs {
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub port_num: u8,
+    pub path_mtu: u32,
+    pub dest_qp_num: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub ah_attr: ibv_ah_attr,
+}
+
+/// A receive WQE taken off a ring.
+#[derive(Clone, Debug, Default)]
+pub struct RecvJob {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+    pub length: u64,
+}
+
+pub struct Qp {
+    pub qpn: u32,
+    pub sh: Arc<Shared>,
+    pub pd: u32,
+    pub send_cq: Arc<Cq>,
+    pub recv_cq: Arc<Cq>,
+    pub srq: Option<Arc<Srq>>,
+    pub caps: Caps,
+    pub sq_sig_all: bool,
+    pub sq: Ring,
+    pub rq: Option<Ring>,
+    sq_post: Mutex<()>,
+    rq_post: Mutex<()>,
+    /// `enum ibv_qp_state`, mirrored for lock-free checks on the posting path.
+    pub state: AtomicU32,
+    pub attrs: Mutex<Attrs>,
+    pub cm: Mutex<cm::Cm>,
+    pub rx: Mutex<rx::Rx>,
+    pub tx: Mutex<tx::Tx>,
+    /// Someone asked for transmission while the `tx` lock was held.
+    pub tx_want: AtomicBool,
+    /// The `ibv_qp` the application holds, for async events; 0 once destroyed.
+    pub handle: AtomicUsize,
+    pub destroyed: AtomicBool,
+    /// First error status reported for the SQ head when the QP fails.
+    pub last_error: AtomicU32,
+}
+
+impl Qp {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        sh: Arc<Shared>,
+        pd: u32,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
+        caps: Caps,
+        sq_sig_all: bool,
+    ) -> std::io::Result<Qp> {
+        let listener = cm::Listener::bind(&sh)?;
+        let qpn = listener.qpn;
+        let sq = Ring::new(
+            ring::RING_KIND_SQ,
+            caps.max_send_wr.max(1),
+            ring::send_stride(caps.max_send_sge, caps.max_inline),
+            qpn,
+        )?;
+        let rq = match srq {
+            Some(_) => None,
+            None => Some(Ring::new(
+                ring::RING_KIND_RQ,
+                caps.max_recv_wr.max(1),
+                ring::recv_stride(caps.max_recv_sge),
+                qpn,
+            )?),
+        };
+        let entries = sq.entries;
+        Ok(Qp {
+            qpn,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            caps,
+            sq_sig_all,
+            sq,
+            rq,
+            sq_post: Mutex::new(()),
+            rq_post: Mutex::new(()),
+            state: AtomicU32::new(IBV_QPS_RESET),
+            attrs: Mutex::new(Attrs::default()),
+            cm: Mutex::new(cm::Cm::new(listener)),
+            rx: Mutex::new(rx::Rx::default()),
+            tx: Mutex::new(tx::Tx::new(entries)),
+            tx_want: AtomicBool::new(false),
+            handle: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+            last_error: AtomicU32::new(IBV_WC_SUCCESS),
+            sh,
+        })
+    }
+
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    pub fn lock_tx(&self) -> MutexGuard<'_, tx::Tx> {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn lock_rx(&self) -> MutexGuard<'_, rx::Rx> {
+        self.rx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn lock_cm(&self) -> MutexGuard<'_, cm::Cm> {
+        self.cm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes send WQEs into the SQ ring. `Err((index, errno))` names the first refused.
+    pub fn post_send(&self, wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>) -> Result<(), (usize, i32)> {
+        let state = self.state();
+        if state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR {
+            return Err((0, libc::EINVAL));
+        }
+        let guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.sq.producer();
+        let mut result = Ok(());
+        for (i, item) in wqes.enumerate() {
+            let (mut wqe, body) = match item {
+                Ok(v) => v,
+                Err(e) => {
+                    result = Err((i, e));
+                    break;
+                }
+            };
+            if p.wrapping_sub(self.sq.consumer()) >= self.caps.max_send_wr.max(1).min(self.sq.entries) {
+                result = Err((i, libc::ENOMEM));
+                break;
+            }
+            if self.sq_sig_all {
+                wqe.flags |= ring::wqe_flag::SIGNALED;
+            }
+            // SAFETY: slot `p` is free (fewer than `entries` in use) and producers are
+            // serialised by `sq_post`; the body fits the stride (checked by the caller
+            // against max_send_sge / max_inline, which sized the stride).
+            unsafe {
+                self.sq.write(p, 0, wqe);
+                match &body {
+                    SendBody::Sges(sges) => {
+                        for (k, s) in sges.iter().enumerate() {
+                            self.sq.write(p, size_of::<SendWqe>() + k * size_of::<Sge>(), *s);
+                        }
+                    }
+                    SendBody::Inline(bytes) => {
+                        std::ptr::copy_nonoverlapping(
+                            bytes.as_ptr(),
+                            self.sq.slot(p).add(size_of::<SendWqe>()),
+                            bytes.len(),
+                        );
+                    }
+                }
+            }
+            p = p.wrapping_add(1);
+            self.sq.publish(p);
+        }
+        drop(guard);
+        if self.state() == IBV_QPS_ERR {
+            self.flush();
+        } else {
+            tx::kick(self);
+        }
+        result
+    }
+
+    pub fn post_recv(&self, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
+        let Some(rq) = &self.rq else {
+            return Err((0, libc::EINVAL));
+        };
+        if self.state() == IBV_QPS_RESET {
+            return Err((0, libc::EINVAL));
+        }
+        let g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+        let r = post_recv_ring(rq, self.caps.max_recv_sge, jobs);
+        drop(g);
+        if self.state() == IBV_QPS_ERR {
+            self.flush();
+        }
+        r
+    }
+
+    /// Next receive WQE for an incoming Send: from the SRQ or the QP's own RQ.
+    pub fn take_recv(&self) -> Option<RecvJob> {
+        match &self.srq {
+            Some(srq) => {
+                let (job, fired) = srq.take()?;
+                if fired {
+                    self.sh.srq_limit_event(srq.id);
+                }
+                Some(job)
+            }
+            None => take_recv_ring(self.rq.as_ref()?),
+        }
+    }
+
+    /// Reports a send-side completion (in order) to the send CQ.
+    pub fn complete_send(&self, wqe: &SendWqe, status: u32) {
+        let signaled = wqe.flags & ring::wqe_flag::SIGNALED != 0;
+        if status == IBV_WC_SUCCESS && !signaled {
+            return;
+        }
+        let opcode = match wqe.opcode {
+            ring::op::SEND | ring::op::SEND_INV | ring::op::SEND_IMM => IBV_WC_SEND,
+            ring::op::WRITE | ring::op::WRITE_IMM => IBV_WC_RDMA_WRITE,
+            ring::op::READ => IBV_WC_RDMA_READ,
+            ring::op::ATOMIC_CMP_SWP | ring::op::ATOMIC_MASKED_CMP_SWP | ring::op::ATOMIC_SWAP => {
+                IBV_WC_COMP_SWAP
+            }
+            ring::op::ATOMIC_FETCH_ADD | ring::op::ATOMIC_MASKED_FETCH_ADD => IBV_WC_FETCH_ADD,
+            ring::op::LOCAL_INV => IBV_WC_LOCAL_INV,
+            ring::op::ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
+            _ => IBV_WC_SEND,
+        };
+        let byte_len = match wqe.opcode {
+            ring::op::READ => wqe.length,
+            ring::op::ATOMIC_CMP_SWP
+            | ring::op::ATOMIC_FETCH_ADD
+            | ring::op::ATOMIC_MASKED_CMP_SWP
+            | ring::op::ATOMIC_MASKED_FETCH_ADD
+            | ring::op::ATOMIC_SWAP => 8,
+            _ => 0,
+        };
+        self.push_cqe(
+            &self.send_cq,
+            Cqe {
+                wr_id: wqe.wr_id,
+                byte_len,
+                qp_num: self.qpn,
+                opcode: opcode as u8,
+                status: status as u8,
+                ..Default::default()
+            },
+        );
+    }
+
+    pub fn push_cqe(&self, cq: &Cq, cqe: Cqe) {
+        if !cq.push(cqe) {
+            self.sh.cq_overflow(cq.id);
+        }
+    }
+
+    /// Moves the QP to the error state, closes the stream, reports `sq_status` for
+    /// the oldest outstanding send WQE and `rq_status` for a receive in progress,
+    /// flushes everything else, and raises `event`.
+    pub fn fail(&self, why: &str, sq_status: Option<u32>, rq_status: Option<u32>, event: u32) {
+        let prev = self.state.swap(IBV_QPS_ERR, Ordering::AcqRel);
+        if prev != IBV_QPS_ERR && prev != IBV_QPS_RESET {
+            crate::log::debug(&self.sh, format_args!("qp {}: error: {}", self.qpn, why));
+            if let Some(s) = sq_status {
+                self.last_error.store(s, Ordering::Release);
+            }
+            self.lock_cm().close(&self.sh);
+            if let Some(s) = rq_status {
+                let job = self.lock_rx().cur.take();
+                if let Some(job) = job {
+                    self.complete_recv_error(&job, s);
+                }
+            }
+            if !self.destroyed.load(Ordering::Acquire) {
+                self.sh.qp_event(self, event);
+            }
+        }
+        self.flush();
+    }
+
+    /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
+    pub fn fail_with(&self, f: rx::Fail) {
+        if let Some(body) = f.term {
+            let mut tx = self.lock_tx();
+            if let Some(fd) = tx.fd {
+                tx.term = Some(body);
+                for _ in 0..20 {
+                    if tx.run(self).is_err() || !tx.pending() {
+                        break;
+                    }
+                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                    // SAFETY: one valid pollfd; the fd stays open while the QP lives.
+                    unsafe { libc::poll(&mut pfd, 1, 5) };
+                }
+            }
+        }
+        self.fail(&f.why, f.sq_status, f.rq_status, f.event);
+    }
+
+    fn complete_recv_error(&self, job: &RecvJob, status: u32) {
+        self.push_cqe(
+            &self.recv_cq,
+            Cqe {
+                wr_id: job.wr_id,
+                qp_num: self.qpn,
+                opcode: IBV_WC_RECV as u8,
+                status: status as u8,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Completes every outstanding WQE with IBV_WC_WR_FLUSH_ERR (the first SQ one
+    /// with the recorded error status). Only in the error state.
+    pub fn flush(&self) {
+        if self.state() != IBV_QPS_ERR {
+            return;
+        }
+        if let Some(rq) = &self.rq {
+            let mut rx = self.lock_rx();
+            if let Some(job) = rx.cur.take() {
+                self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
+            }
+            let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(job) = take_recv_ring(rq) {
+                self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
+            }
+        } else if let Some(job) = self.lock_rx().cur.take() {
+            self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
+        }
+        let mut tx = self.lock_tx();
+        tx.flush(self);
+    }
+
+    /// Brings the QP back to RESET: empty queues, fresh protocol state, listener kept.
+    pub fn reset(&self) {
+        self.lock_cm().close(&self.sh);
+        let mut rx = self.lock_rx();
+        *rx = rx::Rx::default();
+        if let Some(rq) = &self.rq {
+            let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+            rq.release(rq.producer());
+        }
+        drop(rx);
+        let _g = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tx = self.lock_tx();
+        *tx = tx::Tx::new(self.sq.entries);
+        tx.next = self.sq.producer();
+        self.sq.release(self.sq.producer());
+        self.last_error.store(IBV_WC_SUCCESS, Ordering::Release);
+    }
+}
+
+/// The payload of a send WQE as posted.
+pub enum SendBody {
+    Sges(Vec<Sge>),
+    Inline(Vec<u8>),
+}
+
+use std::mem::size_of;
+
+pub fn post_recv_ring(ring: &Ring, max_sge: u32, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
+    let mut p = ring.producer();
+    for (i, job) in jobs.iter().enumerate() {
+        if job.sges.len() > max_sge as usize {
+            return Err((i, libc::EINVAL));
+        }
+        if p.wrapping_sub(ring.consumer()) >= ring.entries {
+            return Err((i, libc::ENOMEM));
+        }
+        let hdr = RecvWqe {
+            wr_id: job.wr_id,
+            num_sge: job.sges.len() as u32,
+            length: job.length.min(u32::MAX as u64) as u32,
+        };
+        // SAFETY: slot `p` is free and producers are serialised by the caller's lock;
+        // `max_sge` SGEs fit the stride the ring was made with.
+        unsafe {
+            ring.write(p, 0, hdr);
+            for (k, s) in job.sges.iter().enumerate() {
+                ring.write(p, size_of::<RecvWqe>() + k * size_of::<Sge>(), *s);
+            }
+        }
+        p = p.wrapping_add(1);
+        ring.publish(p);
+    }
+    Ok(())
+}
+
+/// Takes the oldest receive WQE off a ring; the caller serialises consumers.
+pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
+    let c = ring.consumer();
+    if ring.producer() == c {
+        return None;
+    }
+    // SAFETY: slot `c` is published and consumers are serialised by the caller.
+    let job = unsafe {
+        let hdr: RecvWqe = ring.read(c, 0);
+        let n = (hdr.num_sge as usize).min(MAX_SGE as usize);
+        let mut sges = Vec::with_capacity(n);
+        for k in 0..n {
+            sges.push(ring.read::<Sge>(c, size_of::<RecvWqe>() + k * size_of::<Sge>()));
+        }
+        RecvJob { wr_id: hdr.wr_id, length: sges.iter().map(|s| s.length as u64).sum(), sges }
+    };
+    ring.release(c.wrapping_add(1));
+    Some(job)
+}

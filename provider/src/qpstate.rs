@@ -1,0 +1,157 @@
+//! modify_qp: the QP state machine (IB verbs semantics, as iWARP verbs use them).
+
+use std::sync::atomic::Ordering;
+
+use xiw_abi::verbs::*;
+
+use crate::context::NO_EVENT;
+use crate::devinfo;
+use crate::log;
+use crate::qp::{Qp, MAX_RD_ATOMIC};
+use crate::tx;
+
+fn allowed(cur: u32, new: u32) -> bool {
+    matches!(
+        (cur, new),
+        (_, IBV_QPS_RESET)
+            | (_, IBV_QPS_ERR)
+            | (IBV_QPS_RESET, IBV_QPS_INIT)
+            | (IBV_QPS_INIT, IBV_QPS_INIT)
+            | (IBV_QPS_INIT, IBV_QPS_RTR)
+            | (IBV_QPS_RTR, IBV_QPS_RTS)
+            | (IBV_QPS_RTS, IBV_QPS_RTS)
+    )
+}
+
+/// Applies `attr` under `mask`; returns the new state or an errno.
+pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
+    let sh = &qp.sh;
+    let cur = qp.state();
+    let new = if mask & IBV_QP_STATE != 0 { attr.qp_state } else { cur };
+    if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
+        return Err(libc::EINVAL);
+    }
+    if !allowed(cur, new) {
+        log::debug(sh, format_args!("modify_qp: {cur} -> {new} is not a valid transition"));
+        return Err(libc::EINVAL);
+    }
+    if mask & IBV_QP_PORT != 0 && attr.port_num != 1 {
+        return Err(libc::EINVAL);
+    }
+    if mask & IBV_QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {
+        return Err(libc::EINVAL);
+    }
+    if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic as u32 > MAX_RD_ATOMIC {
+        return Err(libc::EINVAL);
+    }
+    if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 && attr.max_dest_rd_atomic as u32 > MAX_RD_ATOMIC {
+        return Err(libc::EINVAL);
+    }
+    let unsupported = IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_RATE_LIMIT;
+    if mask & unsupported != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let to_rtr = cur == IBV_QPS_INIT && new == IBV_QPS_RTR;
+    if to_rtr {
+        if mask & IBV_QP_AV == 0 || mask & IBV_QP_DEST_QPN == 0 {
+            log::warn(sh, format_args!("modify_qp to RTR needs the peer's address (IBV_QP_AV) and QPN"));
+            return Err(libc::EINVAL);
+        }
+        if attr.ah_attr.is_global == 0 {
+            log::warn(
+                sh,
+                format_args!("iWARP needs the peer's GID in ah_attr.grh (e.g. ibv_rc_pingpong -g 0); LIDs mean nothing here"),
+            );
+            return Err(libc::EINVAL);
+        }
+        if attr.dest_qp_num == 0 || attr.dest_qp_num > u16::MAX as u32 {
+            return Err(libc::EINVAL);
+        }
+    }
+
+    {
+        let mut a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+        if mask & IBV_QP_ACCESS_FLAGS != 0 {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if mask & IBV_QP_PKEY_INDEX != 0 {
+            a.pkey_index = attr.pkey_index;
+        }
+        if mask & IBV_QP_PORT != 0 {
+            a.port_num = attr.port_num;
+        }
+        if mask & IBV_QP_PATH_MTU != 0 {
+            a.path_mtu = attr.path_mtu;
+        }
+        if mask & IBV_QP_DEST_QPN != 0 {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if mask & IBV_QP_RQ_PSN != 0 {
+            a.rq_psn = attr.rq_psn;
+        }
+        if mask & IBV_QP_SQ_PSN != 0 {
+            a.sq_psn = attr.sq_psn;
+        }
+        if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if mask & IBV_QP_MIN_RNR_TIMER != 0 {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if mask & IBV_QP_TIMEOUT != 0 {
+            a.timeout = attr.timeout;
+        }
+        if mask & IBV_QP_RETRY_CNT != 0 {
+            a.retry_cnt = attr.retry_cnt;
+        }
+        if mask & IBV_QP_RNR_RETRY != 0 {
+            a.rnr_retry = attr.rnr_retry;
+        }
+        if mask & IBV_QP_AV != 0 {
+            a.ah_attr = attr.ah_attr;
+        }
+        if a.path_mtu == 0 {
+            a.path_mtu = devinfo::ibv_mtu_for(sh.dev.mtu);
+        }
+    }
+    if mask & IBV_QP_ACCESS_FLAGS != 0 {
+        qp.lock_rx().access = attr.qp_access_flags;
+    }
+
+    if new == cur {
+        return Ok(new);
+    }
+    match new {
+        IBV_QPS_RESET => {
+            qp.reset();
+            qp.state.store(IBV_QPS_RESET, Ordering::Release);
+        }
+        IBV_QPS_ERR => qp.fail("moved to the error state by the application", None, None, NO_EVENT),
+        IBV_QPS_RTR => {
+            qp.state.store(IBV_QPS_RTR, Ordering::Release);
+            // SAFETY: reading the raw bytes of the GID union.
+            let gid = unsafe { attr.ah_attr.grh.dgid.raw };
+            let peer = devinfo::addr_from_gid(&gid);
+            let r = qp.lock_cm().start(qp, peer, attr.dest_qp_num);
+            if let Err(why) = r {
+                log::warn(sh, format_args!("qp {}: {}", qp.qpn, why));
+                qp.state.store(IBV_QPS_INIT, Ordering::Release);
+                return Err(libc::EINVAL);
+            }
+        }
+        IBV_QPS_RTS => {
+            {
+                let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+                let mut t = qp.lock_tx();
+                t.ord_max = t.peer_ird.min((a.max_rd_atomic as u32).max(1));
+            }
+            qp.state.store(IBV_QPS_RTS, Ordering::Release);
+            tx::kick(qp);
+        }
+        s => qp.state.store(s, Ordering::Release),
+    }
+    Ok(qp.state())
+}

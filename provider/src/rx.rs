@@ -1,0 +1,522 @@
+//! Receive: reads FPDUs off the stream, checks every field against the QP's
+//! state and the STag table, and places payload (RFC 5040 section 5, RFC 5041).
+//! Any violation ends in a Terminate to the peer and the QP in error.
+
+use xiw_abi::ring::{Cqe, Sge};
+use xiw_abi::verbs::*;
+
+use crate::mem::AccessError;
+use crate::qp::{Qp, RecvJob};
+use crate::tx::{self, ReadResp};
+use crate::wire::{self, ddp, mpa, rdmap, terminate as term};
+
+/// An RDMA Read this side issued, waiting for its response.
+#[derive(Clone, Debug)]
+pub struct PendingRead {
+    pub sq_idx: u32,
+    pub sink_stag: u32,
+    pub sink_to: u64,
+    pub sges: Vec<Sge>,
+    pub length: u64,
+    pub received: u64,
+}
+
+/// What went wrong, and what to tell the peer and the application.
+#[derive(Debug)]
+pub struct Fail {
+    pub why: String,
+    /// Terminate message body for the peer, if the stream is still usable.
+    pub term: Option<Vec<u8>>,
+    pub sq_status: Option<u32>,
+    pub rq_status: Option<u32>,
+    pub event: u32,
+}
+
+impl Fail {
+    pub fn stream(why: String) -> Fail {
+        Fail { why, term: None, sq_status: None, rq_status: None, event: IBV_EVENT_QP_FATAL }
+    }
+
+    pub fn local(status: u32, why: &str) -> Fail {
+        Fail {
+            why: why.into(),
+            term: None,
+            sq_status: Some(status),
+            rq_status: None,
+            event: IBV_EVENT_QP_FATAL,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Rx {
+    pub fd: Option<i32>,
+    pub crc: bool,
+    /// Responder side: the peer's first FPDU is its ready-to-receive message.
+    pub expect_rtr: bool,
+    /// `qp_access_flags` for remote requests.
+    pub access: u32,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Next expected MSN per inbound untagged queue (0 until established).
+    msn: [u32; 3],
+    pub cur: Option<RecvJob>,
+    placed: u64,
+}
+
+/// Room for the largest FPDU (2 + 65535 + pad + CRC) and then some.
+const RX_BUF: usize = 160 * 1024;
+
+impl Rx {
+    pub fn established(fd: i32, crc: bool, expect_rtr: bool, access: u32) -> Rx {
+        Rx { fd: Some(fd), crc, expect_rtr, access, msn: [1; 3], ..Default::default() }
+    }
+}
+
+/// Reads and processes everything available on the stream.
+pub fn on_readable(qp: &Qp) -> Result<(), Fail> {
+    let mut rx = qp.lock_rx();
+    let Some(fd) = rx.fd else { return Ok(()) };
+    if rx.buf.len() < RX_BUF {
+        rx.buf.resize(RX_BUF, 0);
+    }
+    loop {
+        if rx.start > 0 {
+            let (s, e) = (rx.start, rx.end);
+            rx.buf.copy_within(s..e, 0);
+            rx.end -= s;
+            rx.start = 0;
+        }
+        let room = rx.buf.len() - rx.end;
+        // SAFETY: the destination is the unused tail of `buf`; `fd` is the QP's stream.
+        let n = unsafe {
+            libc::recv(fd, rx.buf.as_mut_ptr().add(rx.end) as *mut libc::c_void, room, libc::MSG_DONTWAIT)
+        };
+        if n == 0 {
+            return Err(Fail::stream("peer closed the connection".into()));
+        }
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(()),
+                Some(libc::EINTR) => continue,
+                _ => return Err(Fail::stream(format!("recv: {e}"))),
+            }
+        }
+        rx.end += n as usize;
+        let mut buf = std::mem::take(&mut rx.buf);
+        let r = process_buffered(qp, &mut rx, &buf);
+        std::mem::swap(&mut rx.buf, &mut buf);
+        r?;
+        if (n as usize) < room {
+            return Ok(());
+        }
+    }
+}
+
+fn process_buffered(qp: &Qp, rx: &mut Rx, buf: &[u8]) -> Result<(), Fail> {
+    while let Some(len) = mpa::peek_fpdu_len(&buf[rx.start..rx.end]) {
+        if rx.end - rx.start < len {
+            break;
+        }
+        let fpdu = &buf[rx.start..rx.start + len];
+        rx.start += len;
+        segment(qp, rx, fpdu)?;
+        if rx.fd.is_none() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// One FPDU.
+fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
+    let ulpdu = match mpa::check_fpdu(fpdu, rx.crc) {
+        Ok(u) => u,
+        Err(_) => return Err(terminate(term::LAYER_LLP, term::MPA_ETYPE, term::MPA_ECODE_CRC, None, None, "MPA CRC error")),
+    };
+    let (hdr, hlen) = match ddp::HeaderRepr::parse(ulpdu) {
+        Ok(v) => v,
+        Err(wire::Error::BadVersion) => {
+            let (etype, code) = if ulpdu.first().is_some_and(|b| b & 0x80 != 0) {
+                (term::DDP_ETYPE_TAGGED_BUFFER, term::DDP_ECODE_T_INVALID_VERSION)
+            } else {
+                (term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_INVALID_VERSION)
+            };
+            return Err(terminate(term::LAYER_DDP, etype, code, Some(ulpdu), None, "bad DDP version"));
+        }
+        Err(_) => {
+            return Err(terminate(term::LAYER_DDP, term::DDP_ETYPE_LOCAL_CATASTROPHIC, term::DDP_ECODE_LOCAL_CATASTROPHIC, None, None, "short DDP segment"))
+        }
+    };
+    let dhdr = &ulpdu[..hlen];
+    let payload = &ulpdu[hlen..];
+    let c = rdmap::Ctrl::from_byte(hdr.rdmap_ctrl);
+    if c.version != rdmap::RDMAP_VERSION {
+        return Err(terminate(
+            term::LAYER_RDMAP,
+            term::RDMAP_ETYPE_REMOTE_OPERATION,
+            term::RDMAP_ECODE_INVALID_VERSION,
+            Some(dhdr),
+            None,
+            "bad RDMAP version",
+        ));
+    }
+    let opcode = rdmap::Opcode::from_u8(c.opcode);
+    if rx.expect_rtr {
+        // The peer's ready-to-receive message (RFC 6581 section 6): a zero-length Write.
+        rx.expect_rtr = false;
+        if opcode == Some(rdmap::Opcode::Write) && payload.is_empty() {
+            let mut tx = qp.lock_tx();
+            tx.gate = false;
+            drop(tx);
+            tx::kick(qp);
+            return Ok(());
+        }
+    }
+    match (hdr.kind, opcode) {
+        (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::Write)) => {
+            if rx.access & IBV_ACCESS_REMOTE_WRITE == 0 {
+                return Err(access_fail(AccessError::Access, dhdr, "RDMA Write without remote write permission"));
+            }
+            if !payload.is_empty() || hdr.last {
+                qp.sh
+                    .mrs
+                    .write(stag, qp.pd, to, payload, IBV_ACCESS_REMOTE_WRITE)
+                    .map_err(|e| access_fail(e, dhdr, "RDMA Write refused"))?;
+            }
+            Ok(())
+        }
+        (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::ReadResponse)) => {
+            read_response(qp, stag, to, hdr.last, payload, dhdr)
+        }
+        (ddp::Kind::Untagged { ulp_word, qn, msn, mo }, Some(op)) => {
+            let q = qn as usize;
+            if q > 2 {
+                return Err(terminate(
+                    term::LAYER_DDP,
+                    term::DDP_ETYPE_UNTAGGED_BUFFER,
+                    term::DDP_ECODE_U_INVALID_QN,
+                    Some(dhdr),
+                    None,
+                    "invalid queue number",
+                ));
+            }
+            if msn != rx.msn[q] {
+                return Err(terminate(
+                    term::LAYER_DDP,
+                    term::DDP_ETYPE_UNTAGGED_BUFFER,
+                    term::DDP_ECODE_U_INVALID_MSN_RANGE,
+                    Some(dhdr),
+                    None,
+                    "MSN out of range",
+                ));
+            }
+            match (qn, op) {
+                (
+                    ddp::QN_SEND,
+                    rdmap::Opcode::Send
+                    | rdmap::Opcode::SendInvalidate
+                    | rdmap::Opcode::SendSolicited
+                    | rdmap::Opcode::SendSolicitedInvalidate,
+                ) => recv_send(qp, rx, op, ulp_word, mo, hdr.last, payload, dhdr),
+                (ddp::QN_READ_REQUEST, rdmap::Opcode::ReadRequest) if hdr.last && mo == 0 => {
+                    rx.msn[q] = rx.msn[q].wrapping_add(1);
+                    read_request(qp, rx, payload, dhdr)
+                }
+                (ddp::QN_TERMINATE, rdmap::Opcode::Terminate) => Err(peer_terminated(qp, payload)),
+                _ => Err(unexpected(dhdr)),
+            }
+        }
+        _ => Err(unexpected(dhdr)),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn recv_send(
+    qp: &Qp,
+    rx: &mut Rx,
+    op: rdmap::Opcode,
+    inv_stag: u32,
+    mo: u32,
+    last: bool,
+    payload: &[u8],
+    dhdr: &[u8],
+) -> Result<(), Fail> {
+    if rx.cur.is_none() {
+        if mo != 0 {
+            return Err(terminate(
+                term::LAYER_DDP,
+                term::DDP_ETYPE_UNTAGGED_BUFFER,
+                term::DDP_ECODE_U_INVALID_MO,
+                Some(dhdr),
+                None,
+                "first segment with non-zero MO",
+            ));
+        }
+        match qp.take_recv() {
+            Some(job) => {
+                rx.cur = Some(job);
+                rx.placed = 0;
+            }
+            None => {
+                return Err(terminate(
+                    term::LAYER_DDP,
+                    term::DDP_ETYPE_UNTAGGED_BUFFER,
+                    term::DDP_ECODE_U_INVALID_MSN_NO_BUFFER,
+                    Some(dhdr),
+                    None,
+                    "Send with no receive posted",
+                ))
+            }
+        }
+    }
+    if mo as u64 != rx.placed {
+        return Err(terminate(
+            term::LAYER_DDP,
+            term::DDP_ETYPE_UNTAGGED_BUFFER,
+            term::DDP_ECODE_U_INVALID_MO,
+            Some(dhdr),
+            None,
+            "MO out of order",
+        ));
+    }
+    let job = rx.cur.as_ref().expect("receive in progress");
+    if rx.placed + payload.len() as u64 > job.length {
+        let mut f = terminate(
+            term::LAYER_DDP,
+            term::DDP_ETYPE_UNTAGGED_BUFFER,
+            term::DDP_ECODE_U_MSG_TOO_LONG,
+            Some(dhdr),
+            None,
+            "Send longer than the receive buffer",
+        );
+        f.rq_status = Some(IBV_WC_LOC_LEN_ERR);
+        return Err(f);
+    }
+    if scatter(qp, &job.sges, rx.placed, payload).is_err() {
+        let mut f = terminate(
+            term::LAYER_RDMAP,
+            term::RDMAP_ETYPE_REMOTE_OPERATION,
+            term::RDMAP_ECODE_CATASTROPHIC_STREAM,
+            Some(dhdr),
+            None,
+            "receive buffer with a bad lkey",
+        );
+        f.rq_status = Some(IBV_WC_LOC_PROT_ERR);
+        return Err(f);
+    }
+    rx.placed += payload.len() as u64;
+    if !last {
+        return Ok(());
+    }
+    let job = rx.cur.take().expect("receive in progress");
+    rx.msn[0] = rx.msn[0].wrapping_add(1);
+    let mut cqe = Cqe {
+        wr_id: job.wr_id,
+        byte_len: rx.placed as u32,
+        qp_num: qp.qpn,
+        opcode: IBV_WC_RECV as u8,
+        status: IBV_WC_SUCCESS as u8,
+        ..Default::default()
+    };
+    if matches!(op, rdmap::Opcode::SendInvalidate | rdmap::Opcode::SendSolicitedInvalidate) {
+        if qp.sh.mrs.invalidate(inv_stag, qp.pd).is_err() {
+            let mut f = terminate(
+                term::LAYER_RDMAP,
+                term::RDMAP_ETYPE_REMOTE_PROTECTION,
+                term::RDMAP_ECODE_STAG_CANNOT_INVALIDATE,
+                Some(dhdr),
+                None,
+                "Send with Invalidate of an STag that cannot be invalidated",
+            );
+            f.rq_status = Some(IBV_WC_REM_ACCESS_ERR);
+            rx.cur = Some(job);
+            return Err(f);
+        }
+        cqe.wc_flags = IBV_WC_WITH_INV as u8;
+        cqe.imm_or_inv = inv_stag;
+    }
+    qp.push_cqe(&qp.recv_cq, cqe);
+    Ok(())
+}
+
+/// Copies `data` into the SGE list at message offset `off`, checking each SGE.
+fn scatter(qp: &Qp, sges: &[Sge], mut off: u64, mut data: &[u8]) -> Result<(), AccessError> {
+    for s in sges {
+        if data.is_empty() {
+            break;
+        }
+        if off >= s.length as u64 {
+            off -= s.length as u64;
+            continue;
+        }
+        let take = ((s.length as u64 - off) as usize).min(data.len());
+        qp.sh.mrs.write(s.lkey, qp.pd, s.addr + off, &data[..take], IBV_ACCESS_LOCAL_WRITE)?;
+        data = &data[take..];
+        off = 0;
+    }
+    Ok(())
+}
+
+fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(), Fail> {
+    let pkt = rdmap::ReadRequestPacket::new_checked(payload).map_err(|_| {
+        terminate(term::LAYER_DDP, term::DDP_ETYPE_LOCAL_CATASTROPHIC, term::DDP_ECODE_LOCAL_CATASTROPHIC, Some(dhdr), None, "short Read Request")
+    })?;
+    let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| unexpected(dhdr))?;
+    let rhdr = &payload[..rdmap::READ_REQUEST_LEN];
+    if rx.access & IBV_ACCESS_REMOTE_READ == 0 {
+        return Err(access_fail_r(AccessError::Access, dhdr, rhdr, "RDMA Read without remote read permission"));
+    }
+    if let Err(e) =
+        qp.sh.mrs.with_mem(req.src_stag, qp.pd, req.src_to, req.size as usize, IBV_ACCESS_REMOTE_READ, |_| ())
+    {
+        return Err(access_fail_r(e, dhdr, rhdr, "RDMA Read refused"));
+    }
+    let mut tx = qp.lock_tx();
+    if tx.irq.len() as u32 >= tx.ird_max {
+        drop(tx);
+        return Err(terminate(
+            term::LAYER_DDP,
+            term::DDP_ETYPE_UNTAGGED_BUFFER,
+            term::DDP_ECODE_U_INVALID_MSN_NO_BUFFER,
+            Some(dhdr),
+            None,
+            "more outstanding RDMA Reads than IRD",
+        ));
+    }
+    tx.irq.push_back(ReadResp {
+        sink_stag: req.sink_stag,
+        sink_to: req.sink_to,
+        src_stag: req.src_stag,
+        src_to: req.src_to,
+        len: req.size,
+    });
+    drop(tx);
+    tx::kick(qp);
+    Ok(())
+}
+
+fn read_response(qp: &Qp, stag: u32, to: u64, last: bool, payload: &[u8], dhdr: &[u8]) -> Result<(), Fail> {
+    let tx = qp.lock_tx();
+    let Some(pr) = tx.reads.front().cloned() else {
+        drop(tx);
+        return Err(unexpected(dhdr));
+    };
+    drop(tx);
+    let bounds = || {
+        terminate(
+            term::LAYER_DDP,
+            term::DDP_ETYPE_TAGGED_BUFFER,
+            term::DDP_ECODE_T_BASE_BOUNDS,
+            Some(dhdr),
+            None,
+            "Read Response outside the sink buffer",
+        )
+    };
+    if stag != pr.sink_stag {
+        return Err(terminate(
+            term::LAYER_DDP,
+            term::DDP_ETYPE_TAGGED_BUFFER,
+            term::DDP_ECODE_T_INVALID_STAG,
+            Some(dhdr),
+            None,
+            "Read Response to an unknown sink STag",
+        ));
+    }
+    if to != pr.sink_to.wrapping_add(pr.received) || pr.received + payload.len() as u64 > pr.length {
+        return Err(bounds());
+    }
+    if scatter(qp, &pr.sges, pr.received, payload).is_err() {
+        return Err(Fail::local(IBV_WC_LOC_PROT_ERR, "read sink with a bad lkey"));
+    }
+    let mut tx = qp.lock_tx();
+    let front = tx.reads.front_mut().expect("read still pending");
+    front.received += payload.len() as u64;
+    if last {
+        if front.received != front.length {
+            drop(tx);
+            return Err(bounds());
+        }
+        let idx = front.sq_idx;
+        tx.reads.pop_front();
+        tx.read_done(qp, idx, IBV_WC_SUCCESS);
+        drop(tx);
+        tx::kick(qp);
+    }
+    Ok(())
+}
+
+/// The peer sent a Terminate: map it to a completion status for the oldest
+/// outstanding request (RFC 5040 section 7.2).
+fn peer_terminated(_qp: &Qp, payload: &[u8]) -> Fail {
+    let parsed = term::Packet::new_checked(payload).and_then(|p| term::TerminateRepr::parse(&p));
+    let status = match parsed {
+        Ok(t) => match (t.layer, t.etype, t.ecode) {
+            (term::LAYER_RDMAP, term::RDMAP_ETYPE_REMOTE_PROTECTION, _) => IBV_WC_REM_ACCESS_ERR,
+            (term::LAYER_DDP, term::DDP_ETYPE_TAGGED_BUFFER, _) => IBV_WC_REM_ACCESS_ERR,
+            (term::LAYER_DDP, term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_MSG_TOO_LONG) => IBV_WC_REM_INV_REQ_ERR,
+            (term::LAYER_DDP, term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_INVALID_MSN_NO_BUFFER) => IBV_WC_RNR_RETRY_EXC_ERR,
+            _ => IBV_WC_REM_OP_ERR,
+        },
+        Err(_) => IBV_WC_REM_OP_ERR,
+    };
+    let event = if status == IBV_WC_REM_ACCESS_ERR { IBV_EVENT_QP_ACCESS_ERR } else { IBV_EVENT_QP_FATAL };
+    Fail { why: "peer sent a Terminate".into(), term: None, sq_status: Some(status), rq_status: None, event }
+}
+
+fn unexpected(dhdr: &[u8]) -> Fail {
+    terminate(term::LAYER_RDMAP, term::RDMAP_ETYPE_REMOTE_OPERATION, term::RDMAP_ECODE_UNEXPECTED_OPCODE, Some(dhdr), None, "unexpected opcode")
+}
+
+fn access_fail(e: AccessError, dhdr: &[u8], why: &str) -> Fail {
+    access_fail_inner(e, dhdr, None, why)
+}
+
+fn access_fail_r(e: AccessError, dhdr: &[u8], rhdr: &[u8], why: &str) -> Fail {
+    access_fail_inner(e, dhdr, Some(rhdr), why)
+}
+
+/// Tagged-buffer faults are DDP errors (RFC 5041 section 7.2); permission faults
+/// and Read Request faults are RDMAP remote protection errors (RFC 5040 section 7.2).
+fn access_fail_inner(e: AccessError, dhdr: &[u8], rhdr: Option<&[u8]>, why: &str) -> Fail {
+    let mut f = if rhdr.is_some() || e == AccessError::Access {
+        let code = match e {
+            AccessError::InvalidStag => term::RDMAP_ECODE_INVALID_STAG,
+            AccessError::Bounds => term::RDMAP_ECODE_BASE_BOUNDS,
+            AccessError::Access => term::RDMAP_ECODE_ACCESS_RIGHTS,
+            AccessError::WrongPd => term::RDMAP_ECODE_STAG_NOT_ASSOCIATED,
+            AccessError::Wrap => term::RDMAP_ECODE_TO_WRAP,
+        };
+        terminate(term::LAYER_RDMAP, term::RDMAP_ETYPE_REMOTE_PROTECTION, code, Some(dhdr), rhdr, why)
+    } else {
+        let code = match e {
+            AccessError::InvalidStag | AccessError::Access => term::DDP_ECODE_T_INVALID_STAG,
+            AccessError::Bounds => term::DDP_ECODE_T_BASE_BOUNDS,
+            AccessError::WrongPd => term::DDP_ECODE_T_STAG_NOT_ASSOCIATED,
+            AccessError::Wrap => term::DDP_ECODE_T_TO_WRAP,
+        };
+        terminate(term::LAYER_DDP, term::DDP_ETYPE_TAGGED_BUFFER, code, Some(dhdr), None, why)
+    };
+    f.event = IBV_EVENT_QP_ACCESS_ERR;
+    f
+}
+
+/// A Terminate for the peer with the offending headers copied in.
+fn terminate(layer: u8, etype: u8, ecode: u8, dhdr: Option<&[u8]>, rhdr: Option<&[u8]>, why: &str) -> Fail {
+    let repr = term::TerminateRepr {
+        layer,
+        etype,
+        ecode,
+        hdrct_m: false,
+        hdrct_d: dhdr.is_some(),
+        hdrct_r: rhdr.is_some(),
+        ddp_segment_len: None,
+        ddp_header: dhdr.unwrap_or(&[]),
+        rdmap_header: rhdr.unwrap_or(&[]),
+    };
+    let mut body = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut term::Packet::new_unchecked(&mut body[..]));
+    Fail { why: why.into(), term: Some(body), sq_status: None, rq_status: None, event: IBV_EVENT_QP_FATAL }
+}

@@ -1,0 +1,1327 @@
+//! The verbs surface: every `extern "C"` entry libibverbs calls.
+//!
+//! Each entry checks its pointers, converts, calls safe Rust and maps errors to
+//! errno; a panic is caught here and never crosses into C.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::mem::{size_of, ManuallyDrop};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use xiw_abi::driver::*;
+use xiw_abi::ring::{op, wqe_flag, Cqe, SendWqe, Sge};
+use xiw_abi::verbs::*;
+
+use crate::context::Shared;
+use crate::cq::Cq;
+use crate::devinfo;
+use crate::mem;
+use crate::qp::{self, Caps, Qp, RecvJob, SendBody};
+use crate::srq::Srq;
+
+pub const MAX_CQE: u32 = 1 << 20;
+pub const MAX_QP: u32 = 16384;
+pub const MAX_MR: u32 = 1 << 24;
+pub const MAX_SRQ: u32 = 16384;
+pub const MAX_PD: u32 = 65536;
+pub const MAX_MSG_SZ: u32 = 1 << 31;
+pub const VENDOR_ID: u32 = 0x787769; // "xwi"
+pub const VENDOR_PART_ID: u32 = 1;
+
+fn set_errno(e: i32) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f`, turning a panic into `on_panic` (and EIO in errno).
+fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        on_panic
+    })
+}
+
+/// Returns null with errno set.
+fn null_err<T>(e: i32) -> *mut T {
+    set_errno(e);
+    ptr::null_mut()
+}
+
+#[repr(C)]
+pub struct XiwContext {
+    pub vctx: verbs_context,
+    pub sh: *const Shared,
+    pub progress: *mut std::thread::JoinHandle<()>,
+}
+
+#[repr(C)]
+pub struct XiwPd {
+    pub ibv: ibv_pd,
+    pub id: u32,
+}
+
+#[repr(C)]
+pub struct XiwMr {
+    pub vmr: verbs_mr,
+}
+
+#[repr(C)]
+pub struct XiwCq {
+    pub vcq: verbs_cq,
+    pub cq: Arc<Cq>,
+    /// Extended polling: the completion `start_poll`/`next_poll` is looking at.
+    cur: UnsafeCell<Option<Cqe>>,
+    wc_flags: u64,
+}
+
+#[repr(C)]
+pub struct XiwQp {
+    pub vqp: verbs_qp,
+    pub qp: Arc<Qp>,
+    batch: Mutex<Batch>,
+}
+
+#[repr(C)]
+pub struct XiwSrq {
+    pub vsrq: verbs_srq,
+    pub srq: Arc<Srq>,
+}
+
+#[derive(Default)]
+struct Batch {
+    items: Vec<(SendWqe, SendBody)>,
+    /// The WR being built: its header and `ibv_send_flags`, waiting for a payload.
+    pending: Option<(SendWqe, u32)>,
+    err: i32,
+}
+
+impl Batch {
+    fn seal(&mut self, q: &Qp, sges: Vec<Sge>, inline: bool) {
+        let Some((wqe, flags)) = self.pending.take() else { return };
+        let flags = if inline { flags | IBV_SEND_INLINE } else { flags & !IBV_SEND_INLINE };
+        if !inline && sges.len() > q.caps.max_send_sge as usize {
+            self.err = libc::EINVAL;
+            return;
+        }
+        match finish_wqe(q, wqe, flags, sges) {
+            Ok(item) => self.items.push(item),
+            Err(e) => self.err = e,
+        }
+    }
+}
+
+/// # Safety
+/// `ctx` is a context this provider allocated.
+unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
+    // SAFETY: `ibv_context` is the last member of `verbs_context`, which is the first
+    // member of `XiwContext`; `sh` is set before the context is handed out.
+    unsafe {
+        let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
+        &*(*vctx).sh
+    }
+}
+
+unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> &'a XiwPd {
+    // SAFETY: every ibv_pd handed out is the first member of an XiwPd.
+    unsafe { &*(pd as *mut XiwPd) }
+}
+
+unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> &'a XiwQp {
+    // SAFETY: every ibv_qp handed out is the first member of an XiwQp.
+    unsafe { &*(qp as *mut XiwQp) }
+}
+
+unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> &'a XiwCq {
+    // SAFETY: every ibv_cq (and ibv_cq_ex) handed out is the first member of an XiwCq.
+    unsafe { &*(cq as *mut XiwCq) }
+}
+
+unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a XiwSrq {
+    // SAFETY: every ibv_srq handed out is the first member of an XiwSrq.
+    unsafe { &*(srq as *mut XiwSrq) }
+}
+
+// ---- device and port ------------------------------------------------------
+
+pub unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    _input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> i32 {
+    guard(libc::EIO, || {
+        if ctx.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ctx is ours (libibverbs only calls us with our contexts).
+        let sh = unsafe { shared(ctx) };
+        let a = device_attr(sh);
+        let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller provides `attr_size` writable bytes at `attr`.
+        unsafe { ptr::copy_nonoverlapping(&a as *const _ as *const u8, attr as *mut u8, n) };
+        0
+    })
+}
+
+pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
+    let mut a = ibv_device_attr_ex::default();
+    let o = &mut a.orig_attr;
+    let fw = b"0.1.0";
+    for (i, b) in fw.iter().enumerate() {
+        o.fw_ver[i] = *b as _;
+    }
+    o.node_guid = sh.dev.node_guid.to_be();
+    o.sys_image_guid = sh.dev.node_guid.to_be();
+    o.max_mr_size = u64::MAX >> 1;
+    o.page_size_cap = !4095u64;
+    o.vendor_id = VENDOR_ID;
+    o.vendor_part_id = VENDOR_PART_ID;
+    o.hw_ver = 0;
+    o.max_qp = MAX_QP as i32;
+    o.max_qp_wr = qp::MAX_QP_WR as i32;
+    o.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+    o.max_sge = qp::MAX_SGE as i32;
+    o.max_sge_rd = qp::MAX_SGE as i32;
+    o.max_cq = MAX_QP as i32 * 2;
+    o.max_cqe = MAX_CQE as i32;
+    o.max_mr = MAX_MR as i32;
+    o.max_pd = MAX_PD as i32;
+    o.max_qp_rd_atom = qp::MAX_RD_ATOMIC as i32;
+    o.max_res_rd_atom = (qp::MAX_RD_ATOMIC * MAX_QP) as i32;
+    o.max_qp_init_rd_atom = qp::MAX_RD_ATOMIC as i32;
+    o.atomic_cap = IBV_ATOMIC_NONE;
+    o.max_srq = MAX_SRQ as i32;
+    o.max_srq_wr = qp::MAX_QP_WR as i32;
+    o.max_srq_sge = qp::MAX_SGE as i32;
+    o.max_pkeys = 1;
+    o.phys_port_cnt = 1;
+    a.device_cap_flags_ex = o.device_cap_flags as u64;
+    a.phys_port_cnt_ex = 1;
+    a
+}
+
+pub unsafe extern "C" fn query_port(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
+    guard(libc::EIO, || {
+        if ctx.is_null() || attr.is_null() || port != 1 {
+            return libc::EINVAL;
+        }
+        // SAFETY: ctx is ours.
+        let sh = unsafe { shared(ctx) };
+        let up = link_up(&sh.dev.netdev);
+        let a = ibv_port_attr {
+            state: if up { IBV_PORT_ACTIVE } else { IBV_PORT_DOWN },
+            max_mtu: IBV_MTU_4096,
+            active_mtu: devinfo::ibv_mtu_for(sh.dev.mtu) as ibv_mtu,
+            gid_tbl_len: 1,
+            max_msg_sz: MAX_MSG_SZ,
+            pkey_tbl_len: 1,
+            max_vl_num: 1,
+            active_width: 1,
+            active_speed: 4,
+            phys_state: if up { 5 } else { 3 },
+            link_layer: IBV_LINK_LAYER_ETHERNET as u8,
+            ..Default::default()
+        };
+        // SAFETY: the caller passes a full ibv_port_attr.
+        unsafe { *attr = a };
+        0
+    })
+}
+
+fn link_up(netdev: &str) -> bool {
+    match std::fs::read_to_string(format!("/sys/class/net/{netdev}/operstate")) {
+        Ok(s) => matches!(s.trim(), "up" | "unknown"),
+        Err(_) => true,
+    }
+}
+
+pub unsafe extern "C" fn async_event(_ctx: *mut ibv_context, _ev: *mut ibv_async_event) {}
+
+// ---- protection domains and memory ---------------------------------------
+
+pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    guard(ptr::null_mut(), || {
+        if ctx.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: ctx is ours.
+        let sh = unsafe { shared(ctx) };
+        let id = sh.next_id();
+        let pd = Box::new(XiwPd { ibv: ibv_pd { context: ctx, handle: id }, id });
+        Box::into_raw(pd) as *mut ibv_pd
+    })
+}
+
+pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
+    guard(libc::EIO, || {
+        if pd.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: pd is ours.
+        let (p, sh) = unsafe { (pd_of(pd), shared((*pd).context)) };
+        let id = p.id;
+        if sh.mrs.count_for_pd(id) > 0 || sh.qps_using(|q| q.pd == id) {
+            return libc::EBUSY;
+        }
+        // SAFETY: allocated by alloc_pd with Box; the application hands it back once.
+        drop(unsafe { Box::from_raw(pd as *mut XiwPd) });
+        0
+    })
+}
+
+pub unsafe extern "C" fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: i32) -> *mut ibv_mr {
+    guard(ptr::null_mut(), || {
+        if pd.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: pd is ours.
+        let (p, ctx) = unsafe { (pd_of(pd), (*pd).context) };
+        // SAFETY: as above.
+        let sh = unsafe { shared(ctx) };
+        let access = access as u32;
+        // Bits from IBV_ACCESS_OPTIONAL_FIRST up may be ignored by a provider.
+        let access = access & (IBV_ACCESS_OPTIONAL_FIRST - 1);
+        if access & !mem::SUPPORTED_ACCESS != 0 {
+            crate::log::debug(sh, format_args!("reg_mr: unsupported access flags {access:#x}"));
+            return null_err(libc::EOPNOTSUPP);
+        }
+        let wants_write = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+        if access & wants_write != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0 {
+            return null_err(libc::EINVAL);
+        }
+        if (addr.is_null() && len > 0) || (addr as u64).checked_add(len as u64).is_none() {
+            return null_err(libc::EINVAL);
+        }
+        let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
+        if len > 0 && !mapped(addr as u64, len as u64, writable) {
+            crate::log::debug(sh, format_args!("reg_mr: {addr:p}+{len} is not mapped with the needed protection"));
+            return null_err(libc::EFAULT);
+        }
+        let stag = sh.mrs.register(p.id, addr as u64, len as u64, iova, access);
+        let mr = Box::new(XiwMr {
+            vmr: verbs_mr {
+                ibv_mr: ibv_mr {
+                    context: ctx,
+                    pd,
+                    addr,
+                    length: len,
+                    handle: stag,
+                    lkey: stag,
+                    rkey: stag,
+                },
+                mr_type: IBV_MR_TYPE_MR,
+                access: access as i32,
+            },
+        });
+        Box::into_raw(mr) as *mut ibv_mr
+    })
+}
+
+/// True if `[addr, addr+len)` is mapped readable (and writable if asked), as
+/// pinning would find it; later accesses rely on this.
+fn mapped(addr: u64, len: u64, writable: bool) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return true };
+    let mut need = addr;
+    let end = addr + len;
+    let mut ranges: Vec<(u64, u64, bool, bool)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let range = it.next()?;
+            let perms = it.next()?.as_bytes();
+            let (a, b) = range.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+                perms.first() == Some(&b'r'),
+                perms.get(1) == Some(&b'w'),
+            ))
+        })
+        .collect();
+    ranges.sort_unstable();
+    for (a, b, r, w) in ranges {
+        if b <= need || a > need {
+            continue;
+        }
+        if !r || (writable && !w) {
+            return false;
+        }
+        need = b;
+        if need >= end {
+            return true;
+        }
+    }
+    false
+}
+
+pub unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
+    guard(libc::EIO, || {
+        if vmr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: vmr is ours.
+        let (stag, ctx) = unsafe { ((*vmr).ibv_mr.lkey, (*vmr).ibv_mr.context) };
+        // SAFETY: as above.
+        let sh = unsafe { shared(ctx) };
+        sh.mrs.deregister(stag);
+        // SAFETY: allocated by reg_mr with Box; handed back once.
+        drop(unsafe { Box::from_raw(vmr as *mut XiwMr) });
+        0
+    })
+}
+
+// ---- completion queues ------------------------------------------------------
+
+fn new_cq(ctx: *mut ibv_context, cqe: i32, channel: *mut ibv_comp_channel, wc_flags: u64) -> Result<*mut XiwCq, i32> {
+    // SAFETY: ctx is ours.
+    let sh = unsafe { shared(ctx) };
+    if !channel.is_null() {
+        crate::log::warn(sh, format_args!("completion channels need the xiw kernel module"));
+        return Err(libc::EOPNOTSUPP);
+    }
+    if cqe <= 0 || cqe as u32 > MAX_CQE {
+        return Err(libc::EINVAL);
+    }
+    let id = sh.next_id();
+    let cq = Arc::new(Cq::new(id, cqe as u32).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?);
+    // SAFETY: ibv_cq_ex is plain data (pointers, integers, pthread objects, function
+    // pointers); all-zero is a valid starting value.
+    let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ex.context = ctx;
+    ex.handle = id;
+    ex.cqe = cq.capacity() as i32;
+    let b = Box::new(XiwCq {
+        vcq: verbs_cq { cq_ex: ManuallyDrop::new(ex) },
+        cq,
+        cur: UnsafeCell::new(None),
+        wc_flags,
+    });
+    let p = Box::into_raw(b);
+    sh.set_handle(id, p as usize);
+    Ok(p)
+}
+
+pub unsafe extern "C" fn create_cq(
+    ctx: *mut ibv_context,
+    cqe: i32,
+    channel: *mut ibv_comp_channel,
+    _vector: i32,
+) -> *mut ibv_cq {
+    guard(ptr::null_mut(), || match new_cq(ctx, cqe, channel, 0) {
+        Ok(p) => p as *mut ibv_cq,
+        Err(e) => null_err(e),
+    })
+}
+
+const CQ_EX_FLAGS: u64 = (IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS) as u64;
+
+pub unsafe extern "C" fn create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex {
+    guard(ptr::null_mut(), || {
+        if attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: the caller passes a valid attribute struct.
+        let a = unsafe { &*attr };
+        if a.wc_flags & !CQ_EX_FLAGS != 0 {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS as u32) != 0 {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        match new_cq(ctx, a.cqe as i32, a.channel, a.wc_flags) {
+            Ok(p) => {
+                // SAFETY: p was just allocated; we are its only user.
+                let ex = unsafe { &mut *(*p).vcq.cq_ex };
+                ex.start_poll = Some(cq_start_poll);
+                ex.next_poll = Some(cq_next_poll);
+                ex.end_poll = Some(cq_end_poll);
+                ex.read_opcode = Some(cq_read_opcode);
+                ex.read_vendor_err = Some(cq_read_vendor_err);
+                ex.read_byte_len = Some(cq_read_byte_len);
+                ex.read_imm_data = Some(cq_read_imm_data);
+                ex.read_qp_num = Some(cq_read_qp_num);
+                ex.read_src_qp = Some(cq_read_src_qp);
+                ex.read_wc_flags = Some(cq_read_wc_flags);
+                ex.read_slid = Some(cq_read_zero_u32);
+                ex.read_sl = Some(cq_read_zero_u8);
+                ex.read_dlid_path_bits = Some(cq_read_zero_u8);
+                p as *mut ibv_cq_ex
+            }
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
+    guard(libc::EIO, || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: cq is ours.
+        let (c, sh) = unsafe { (cq_of(cq), shared((*cq).context)) };
+        if Arc::strong_count(&c.cq) > 1 {
+            return libc::EBUSY;
+        }
+        sh.set_handle(c.cq.id, 0);
+        // SAFETY: allocated by new_cq with Box; handed back once.
+        drop(unsafe { Box::from_raw(cq as *mut XiwCq) });
+        0
+    })
+}
+
+fn fill_wc(wc: &mut ibv_wc, c: &Cqe) {
+    wc.wr_id = c.wr_id;
+    wc.status = c.status as ibv_wc_status;
+    wc.opcode = c.opcode as ibv_wc_opcode;
+    wc.vendor_err = c.vendor_err;
+    wc.byte_len = c.byte_len;
+    wc.__bindgen_anon_1.imm_data = c.imm_or_inv;
+    wc.qp_num = c.qp_num;
+    wc.src_qp = 0;
+    wc.wc_flags = c.wc_flags as u32;
+    wc.pkey_index = 0;
+    wc.slid = 0;
+    wc.sl = 0;
+    wc.dlid_path_bits = 0;
+}
+
+pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc) -> i32 {
+    guard(-1, || {
+        if cq.is_null() || n < 0 || (wc.is_null() && n > 0) {
+            return -1;
+        }
+        // SAFETY: cq is ours.
+        let c = unsafe { cq_of(cq) };
+        c.cq.poll(n as usize, |i, cqe| {
+            // SAFETY: the caller provides room for `n` completions; i < n.
+            fill_wc(unsafe { &mut *wc.add(i) }, cqe)
+        }) as i32
+    })
+}
+
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: i32) -> i32 {
+    guard(libc::EIO, || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: cq is ours.
+        let c = unsafe { cq_of(cq) };
+        let arm = if solicited != 0 { xiw_abi::ring::CQ_ARM_SOLICITED } else { xiw_abi::ring::CQ_ARM_NEXT };
+        c.cq.ring.header().arm.store(arm, Ordering::Release);
+        0
+    })
+}
+
+unsafe fn cq_ex<'a>(cq: *mut ibv_cq_ex) -> &'a XiwCq {
+    // SAFETY: every ibv_cq_ex handed out is the first member of an XiwCq.
+    unsafe { &*(cq as *mut XiwCq) }
+}
+
+/// Loads the completion at the head into `cur` and the public fields; ENOENT if none.
+unsafe fn cq_load(cq: *mut ibv_cq_ex, c: &XiwCq) -> i32 {
+    let head = c.cq.head();
+    // SAFETY: `cur` is only touched between start_poll and end_poll, under the consumer lock.
+    unsafe { *c.cur.get() = head };
+    match head {
+        Some(cqe) => {
+            // SAFETY: cq is ours and exclusively polled under the consumer lock.
+            unsafe {
+                (*cq).wr_id = cqe.wr_id;
+                (*cq).status = cqe.status as ibv_wc_status;
+            }
+            0
+        }
+        None => libc::ENOENT,
+    }
+}
+
+unsafe extern "C" fn cq_start_poll(cq: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: cq is ours.
+        let c = unsafe { cq_ex(cq) };
+        c.cq.lock_consumer();
+        // SAFETY: lock held.
+        let r = unsafe { cq_load(cq, c) };
+        if r == libc::ENOENT {
+            // No end_poll follows an empty start_poll.
+            // SAFETY: we took the lock just above.
+            unsafe { c.cq.unlock_consumer() };
+        }
+        r
+    })
+}
+
+unsafe extern "C" fn cq_next_poll(cq: *mut ibv_cq_ex) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: cq is ours; start_poll took the consumer lock.
+        let c = unsafe { cq_ex(cq) };
+        // SAFETY: as above.
+        if unsafe { (*c.cur.get()).is_some() } {
+            c.cq.advance();
+        }
+        // SAFETY: as above.
+        unsafe { cq_load(cq, c) }
+    })
+}
+
+unsafe extern "C" fn cq_end_poll(cq: *mut ibv_cq_ex) {
+    guard((), || {
+        // SAFETY: cq is ours; start_poll took the consumer lock.
+        let c = unsafe { cq_ex(cq) };
+        // SAFETY: as above.
+        if unsafe { (*c.cur.get()).take().is_some() } {
+            c.cq.advance();
+        }
+        // SAFETY: start_poll took the lock.
+        unsafe { c.cq.unlock_consumer() };
+    })
+}
+
+fn cur_cqe(cq: *mut ibv_cq_ex) -> Cqe {
+    // SAFETY: read accessors run between start_poll and end_poll on our CQ.
+    unsafe { (*cq_ex(cq).cur.get()).unwrap_or_default() }
+}
+
+unsafe extern "C" fn cq_read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
+    cur_cqe(cq).opcode as ibv_wc_opcode
+}
+unsafe extern "C" fn cq_read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).vendor_err
+}
+unsafe extern "C" fn cq_read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).byte_len
+}
+unsafe extern "C" fn cq_read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).imm_or_inv
+}
+unsafe extern "C" fn cq_read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).qp_num
+}
+unsafe extern "C" fn cq_read_src_qp(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn cq_read_wc_flags(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).wc_flags as u32
+}
+unsafe extern "C" fn cq_read_zero_u32(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn cq_read_zero_u8(_cq: *mut ibv_cq_ex) -> u8 {
+    0
+}
+
+// ---- shared receive queues ----------------------------------------------------
+
+fn new_srq(ctx: *mut ibv_context, pd: *mut ibv_pd, attr: &mut ibv_srq_attr, srq_context: *mut c_void) -> Result<*mut ibv_srq, i32> {
+    if pd.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: ctx and pd are ours.
+    let (sh, p) = unsafe { (shared(ctx), pd_of(pd)) };
+    if attr.max_wr == 0 || attr.max_wr > qp::MAX_QP_WR || attr.max_sge > qp::MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    let id = sh.next_id();
+    let srq = Arc::new(Srq::new(id, p.id, attr.max_wr, attr.max_sge.max(1)).map_err(|_| libc::ENOMEM)?);
+    srq.limit.store(attr.srq_limit, Ordering::Release);
+    attr.max_wr = srq.capacity();
+    attr.max_sge = srq.max_sge;
+    // SAFETY: ibv_srq/verbs_srq are plain data; all-zero is a valid starting value.
+    let mut v: verbs_srq = unsafe { std::mem::zeroed() };
+    v.srq.context = ctx;
+    v.srq.srq_context = srq_context;
+    v.srq.pd = pd;
+    v.srq.handle = id;
+    v.srq_type = IBV_SRQT_BASIC;
+    let b = Box::into_raw(Box::new(XiwSrq { vsrq: v, srq }));
+    // SAFETY: b is fresh; the pthread objects are initialised in place before use.
+    unsafe {
+        libc::pthread_mutex_init(&mut (*b).vsrq.srq.mutex as *mut _ as *mut libc::pthread_mutex_t, ptr::null());
+        libc::pthread_cond_init(&mut (*b).vsrq.srq.cond as *mut _ as *mut libc::pthread_cond_t, ptr::null());
+    }
+    sh.set_handle(id, b as usize);
+    Ok(b as *mut ibv_srq)
+}
+
+pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+    guard(ptr::null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: valid pointers from the caller.
+        let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
+        match new_srq(ctx, pd, &mut a.attr, a.srq_context) {
+            Ok(p) => p,
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub unsafe extern "C" fn create_srq_ex(ctx: *mut ibv_context, attr: *mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
+    guard(ptr::null_mut(), || {
+        if attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: valid pointer from the caller.
+        let a = unsafe { &mut *attr };
+        let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+        if a.comp_mask & !known != 0 || a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        match new_srq(ctx, a.pd, &mut a.attr, a.srq_context) {
+            Ok(p) => p,
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: i32) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let (s, a) = unsafe { (srq_of(srq), &*attr) };
+        let mask = mask as u32;
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            return libc::EOPNOTSUPP;
+        }
+        if mask & IBV_SRQ_LIMIT != 0 {
+            if a.srq_limit > s.srq.capacity() {
+                return libc::EINVAL;
+            }
+            s.srq.limit.store(a.srq_limit, Ordering::Release);
+        }
+        0
+    })
+}
+
+pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let s = unsafe { srq_of(srq) };
+        // SAFETY: caller's struct.
+        unsafe {
+            *attr = ibv_srq_attr {
+                max_wr: s.srq.capacity(),
+                max_sge: s.srq.max_sge,
+                srq_limit: s.srq.limit.load(Ordering::Acquire),
+            }
+        };
+        0
+    })
+}
+
+pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let (s, sh) = unsafe { (srq_of(srq), shared((*srq).context)) };
+        if Arc::strong_count(&s.srq) > 1 {
+            return libc::EBUSY;
+        }
+        sh.set_handle(s.srq.id, 0);
+        // SAFETY: allocated by new_srq with Box; handed back once.
+        drop(unsafe { Box::from_raw(srq as *mut XiwSrq) });
+        0
+    })
+}
+
+pub unsafe extern "C" fn post_srq_recv(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let s = unsafe { srq_of(srq) };
+        // SAFETY: the caller's WR list.
+        let (jobs, wrs) = unsafe { recv_jobs(wr) };
+        match s.srq.post(&jobs) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                if !bad.is_null() {
+                    // SAFETY: caller's out pointer.
+                    unsafe { *bad = wrs[i] };
+                }
+                e
+            }
+        }
+    })
+}
+
+unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (Vec<RecvJob>, Vec<*mut ibv_recv_wr>) {
+    let mut jobs = Vec::new();
+    let mut wrs = Vec::new();
+    while !wr.is_null() {
+        // SAFETY: the caller's linked list of valid WRs.
+        let w = unsafe { &*wr };
+        let n = w.num_sge.max(0) as usize;
+        let sges: Vec<Sge> = if n == 0 || w.sg_list.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+            unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+                .iter()
+                .map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey })
+                .collect()
+        };
+        jobs.push(RecvJob { wr_id: w.wr_id, length: sges.iter().map(|s| s.length as u64).sum(), sges });
+        wrs.push(wr);
+        wr = w.next;
+    }
+    (jobs, wrs)
+}
+
+// ---- queue pairs ----------------------------------------------------------------
+
+pub const SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_READ
+    | IBV_QP_EX_WITH_LOCAL_INV) as u64;
+
+fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv_qp, i32> {
+    // SAFETY: ctx is ours.
+    let sh_ref = unsafe { shared(ctx) };
+    if a.qp_type != IBV_QPT_RC {
+        crate::log::debug(sh_ref, format_args!("create_qp: only RC queue pairs exist on iWARP"));
+        return Err(libc::EOPNOTSUPP);
+    }
+    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if a.pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let c = &mut a.cap;
+    if c.max_send_wr > qp::MAX_QP_WR
+        || c.max_recv_wr > qp::MAX_QP_WR
+        || c.max_send_sge > qp::MAX_SGE
+        || c.max_recv_sge > qp::MAX_SGE
+        || c.max_inline_data > qp::MAX_INLINE
+    {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: pd, CQs and SRQ pointers come from this provider.
+    let (p, scq, rcq) = unsafe { (pd_of(a.pd), cq_of(a.send_cq), cq_of(a.recv_cq)) };
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { srq_of(a.srq) }.srq.clone())
+    };
+    let max_send_sge = c.max_send_sge.max(1);
+    let stride = xiw_abi::ring::send_stride(max_send_sge, c.max_inline_data);
+    let max_inline = (stride - size_of::<SendWqe>() as u32).min(qp::MAX_INLINE);
+    let caps = Caps {
+        max_send_wr: c.max_send_wr.max(1),
+        max_recv_wr: if srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
+        max_send_sge,
+        max_recv_sge: if srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
+        max_inline,
+    };
+    let sh = {
+        // SAFETY: the context outlives its QPs; we only need a counted handle.
+        let raw = unsafe {
+            let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
+            (*vctx).sh
+        };
+        // SAFETY: `sh` came from Arc::into_raw in alloc_context and is still alive.
+        unsafe {
+            Arc::increment_strong_count(raw);
+            Arc::from_raw(raw)
+        }
+    };
+    let q = Qp::new(sh.clone(), p.id, scq.cq.clone(), rcq.cq.clone(), srq, caps, a.sq_sig_all != 0)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+    c.max_send_wr = q.sq.entries.min(qp::MAX_QP_WR);
+    c.max_recv_wr = q.rq.as_ref().map(|r| r.entries).unwrap_or(0);
+    c.max_send_sge = caps.max_send_sge;
+    c.max_recv_sge = caps.max_recv_sge;
+    c.max_inline_data = caps.max_inline;
+    let q = Arc::new(q);
+    let qpn = q.qpn;
+    // SAFETY: verbs_qp is plain data; all-zero is a valid starting value.
+    let mut v: verbs_qp = unsafe { std::mem::zeroed() };
+    {
+        // SAFETY: writing the ibv_qp_ex view of a zeroed union.
+        let ex = unsafe { &mut *v.u.qp_ex };
+        let b = &mut ex.qp_base;
+        b.context = ctx;
+        b.qp_context = a.qp_context;
+        b.pd = a.pd;
+        b.send_cq = a.send_cq;
+        b.recv_cq = a.recv_cq;
+        b.srq = a.srq;
+        b.handle = qpn;
+        b.qp_num = qpn;
+        b.state = IBV_QPS_RESET;
+        b.qp_type = IBV_QPT_RC;
+        ex.wr_start = Some(wr_start);
+        ex.wr_complete = Some(wr_complete);
+        ex.wr_abort = Some(wr_abort);
+        ex.wr_send = Some(wr_send);
+        ex.wr_send_inv = Some(wr_send_inv);
+        ex.wr_rdma_write = Some(wr_rdma_write);
+        ex.wr_rdma_read = Some(wr_rdma_read);
+        ex.wr_local_inv = Some(wr_local_inv);
+        ex.wr_set_sge = Some(wr_set_sge);
+        ex.wr_set_sge_list = Some(wr_set_sge_list);
+        ex.wr_set_inline_data = Some(wr_set_inline_data);
+        ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    }
+    v.comp_mask = VERBS_QP_EX;
+    let b = Box::into_raw(Box::new(XiwQp { vqp: v, qp: q.clone(), batch: Mutex::new(Batch::default()) }));
+    // SAFETY: b is fresh; its pthread objects are initialised before anyone uses them.
+    unsafe {
+        let base = &mut (*(*b).vqp.u.qp_ex).qp_base;
+        libc::pthread_mutex_init(&mut base.mutex as *mut _ as *mut libc::pthread_mutex_t, ptr::null());
+        libc::pthread_cond_init(&mut base.cond as *mut _ as *mut libc::pthread_cond_t, ptr::null());
+    }
+    q.handle.store(b as usize, Ordering::Release);
+    if let Err(e) = sh.register_qp(q) {
+        // SAFETY: b is ours and not yet handed out.
+        drop(unsafe { Box::from_raw(b) });
+        return Err(e.raw_os_error().unwrap_or(libc::ENOMEM));
+    }
+    Ok(b as *mut ibv_qp)
+}
+
+pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard(ptr::null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: caller's struct.
+        let a = unsafe { &mut *attr };
+        let mut ex = ibv_qp_init_attr_ex {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+            comp_mask: IBV_QP_INIT_ATTR_PD,
+            pd,
+            ..Default::default()
+        };
+        // SAFETY: pd is ours.
+        match new_qp(unsafe { (*pd).context }, &mut ex) {
+            Ok(q) => {
+                a.cap = ex.cap;
+                q
+            }
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    guard(ptr::null_mut(), || {
+        if attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: caller's struct.
+        match new_qp(ctx, unsafe { &mut *attr }) {
+            Ok(q) => q,
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let (x, sh) = unsafe { (qp_of(qp), shared((*qp).context)) };
+        let q = &x.qp;
+        q.destroyed.store(true, Ordering::Release);
+        q.handle.store(0, Ordering::Release);
+        q.lock_cm().close(sh);
+        sh.unregister_qp(q.qpn);
+        // SAFETY: allocated by new_qp with Box; handed back once.
+        drop(unsafe { Box::from_raw(qp as *mut XiwQp) });
+        0
+    })
+}
+
+pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let (x, a) = unsafe { (qp_of(qp), &*attr) };
+        match crate::qpstate::modify(&x.qp, a, mask as u32) {
+            Ok(state) => {
+                // SAFETY: our ibv_qp; the state field mirrors the QP's.
+                unsafe { (*qp).state = state };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+pub unsafe extern "C" fn query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: i32, init: *mut ibv_qp_init_attr) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() || attr.is_null() || init.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let (x, base) = unsafe { (qp_of(qp), &*qp) };
+        let q = &x.qp;
+        let at = *q.attrs.lock().unwrap_or_else(|e| e.into_inner());
+        let cap = ibv_qp_cap {
+            max_send_wr: q.sq.entries.min(qp::MAX_QP_WR),
+            max_recv_wr: q.rq.as_ref().map(|r| r.entries).unwrap_or(0),
+            max_send_sge: q.caps.max_send_sge,
+            max_recv_sge: q.caps.max_recv_sge,
+            max_inline_data: q.caps.max_inline,
+        };
+        let state = q.state();
+        // SAFETY: caller's structs.
+        unsafe {
+            *attr = ibv_qp_attr {
+                qp_state: state,
+                cur_qp_state: state,
+                path_mtu: at.path_mtu,
+                path_mig_state: IBV_MIG_MIGRATED,
+                qkey: 0,
+                rq_psn: at.rq_psn,
+                sq_psn: at.sq_psn,
+                dest_qp_num: at.dest_qp_num,
+                qp_access_flags: at.qp_access_flags,
+                cap,
+                ah_attr: at.ah_attr,
+                pkey_index: at.pkey_index,
+                en_sqd_async_notify: 0,
+                sq_draining: 0,
+                max_rd_atomic: at.max_rd_atomic,
+                max_dest_rd_atomic: at.max_dest_rd_atomic,
+                min_rnr_timer: at.min_rnr_timer,
+                port_num: at.port_num,
+                timeout: at.timeout,
+                retry_cnt: at.retry_cnt,
+                rnr_retry: at.rnr_retry,
+                ..Default::default()
+            };
+            *init = ibv_qp_init_attr {
+                qp_context: base.qp_context,
+                send_cq: base.send_cq,
+                recv_cq: base.recv_cq,
+                srq: base.srq,
+                cap,
+                qp_type: IBV_QPT_RC,
+                sq_sig_all: q.sq_sig_all as i32,
+            };
+        }
+        0
+    })
+}
+
+/// Converts one `ibv_send_wr` into a WQE, checking it against the QP's limits.
+unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> {
+    let n = w.num_sge.max(0) as usize;
+    if n > q.caps.max_send_sge as usize {
+        return Err(libc::EINVAL);
+    }
+    let sges: &[ibv_sge] = if n == 0 || w.sg_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    let mut wqe = SendWqe { wr_id: w.wr_id, ..Default::default() };
+    // SAFETY: reading the union member that matches the opcode.
+    unsafe {
+        match w.opcode {
+            IBV_WR_SEND => wqe.opcode = op::SEND,
+            IBV_WR_SEND_WITH_INV => {
+                wqe.opcode = op::SEND_INV;
+                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
+            }
+            IBV_WR_RDMA_WRITE => {
+                wqe.opcode = op::WRITE;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+            }
+            IBV_WR_RDMA_READ => {
+                wqe.opcode = op::READ;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+            }
+            IBV_WR_LOCAL_INV => {
+                wqe.opcode = op::LOCAL_INV;
+                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
+            }
+            _ => return Err(libc::EINVAL),
+        }
+    }
+    finish_wqe(q, wqe, w.send_flags, sges.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect())
+}
+
+/// Applies send flags and builds the body (inline bytes are copied now).
+fn finish_wqe(q: &Qp, mut wqe: SendWqe, flags: u32, sges: Vec<Sge>) -> Result<(SendWqe, SendBody), i32> {
+    let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+    if total > MAX_MSG_SZ as u64 {
+        return Err(libc::EINVAL);
+    }
+    wqe.length = total as u32;
+    if flags & IBV_SEND_SIGNALED != 0 {
+        wqe.flags |= wqe_flag::SIGNALED;
+    }
+    if flags & IBV_SEND_SOLICITED != 0 {
+        wqe.flags |= wqe_flag::SOLICITED;
+    }
+    if flags & IBV_SEND_FENCE != 0 {
+        wqe.flags |= wqe_flag::FENCE;
+    }
+    if flags & IBV_SEND_INLINE != 0 && matches!(wqe.opcode, op::SEND | op::SEND_INV | op::WRITE) {
+        if total > q.caps.max_inline as u64 {
+            return Err(libc::EINVAL);
+        }
+        let mut bytes = Vec::with_capacity(total as usize);
+        for s in &sges {
+            // SAFETY: inline data is read from the caller's buffers now, as the
+            // verbs contract says; no lkey applies.
+            bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) });
+        }
+        wqe.flags |= wqe_flag::INLINE;
+        return Ok((wqe, SendBody::Inline(bytes)));
+    }
+    wqe.num_sge = sges.len() as u8;
+    Ok((wqe, SendBody::Sges(sges)))
+}
+
+pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let x = unsafe { qp_of(qp) };
+        let mut wrs = Vec::new();
+        let mut cur = wr;
+        while !cur.is_null() {
+            wrs.push(cur);
+            // SAFETY: caller's linked list.
+            cur = unsafe { (*cur).next };
+        }
+        // SAFETY: each pointer is a valid WR from the caller's list.
+        let mut it = wrs.iter().map(|&w| unsafe { send_wqe(&x.qp, &*w) });
+        match x.qp.post_send(&mut it) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                if !bad.is_null() {
+                    // SAFETY: caller's out pointer.
+                    unsafe { *bad = wrs.get(i).copied().unwrap_or(wr) };
+                }
+                e
+            }
+        }
+    })
+}
+
+pub unsafe extern "C" fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let x = unsafe { qp_of(qp) };
+        // SAFETY: the caller's WR list.
+        let (jobs, wrs) = unsafe { recv_jobs(wr) };
+        match x.qp.post_recv(&jobs) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                if !bad.is_null() {
+                    // SAFETY: caller's out pointer.
+                    unsafe { *bad = wrs.get(i).copied().unwrap_or(wr) };
+                }
+                e
+            }
+        }
+    })
+}
+
+// ---- ibv_qp_ex work request builders -------------------------------------------------
+
+unsafe fn qpx<'a>(q: *mut ibv_qp_ex) -> &'a XiwQp {
+    // SAFETY: every ibv_qp_ex handed out is the first member of an XiwQp.
+    unsafe { &*(q as *mut XiwQp) }
+}
+
+fn with_batch(q: *mut ibv_qp_ex, f: impl FnOnce(&XiwQp, &mut Batch)) {
+    guard((), || {
+        // SAFETY: ours.
+        let x = unsafe { qpx(q) };
+        let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
+        f(x, &mut b)
+    })
+}
+
+/// Starts a new WR with the wr_id and flags the application set on the QP.
+fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
+    // SAFETY: ours; wr_id/wr_flags are plain fields the application just wrote.
+    let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
+    with_batch(q, |x, b| {
+        b.seal(&x.qp, Vec::new(), false);
+        let mut wqe = SendWqe { wr_id, opcode, ..Default::default() };
+        set(&mut wqe);
+        b.pending = Some((wqe, flags));
+    })
+}
+
+unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
+    with_batch(q, |_, b| *b = Batch::default())
+}
+
+unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: ours.
+        let x = unsafe { qpx(q) };
+        let mut batch = std::mem::take(&mut *x.batch.lock().unwrap_or_else(|e| e.into_inner()));
+        batch.seal(&x.qp, Vec::new(), false);
+        if batch.err != 0 {
+            return batch.err;
+        }
+        let mut it = batch.items.into_iter().map(Ok);
+        match x.qp.post_send(&mut it) {
+            Ok(()) => 0,
+            Err((_, e)) => e,
+        }
+    })
+}
+
+unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
+    with_batch(q, |_, b| *b = Batch::default())
+}
+
+unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
+    begin(q, op::SEND, |_| {})
+}
+
+unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, inv: u32) {
+    begin(q, op::SEND_INV, |w| w.imm_or_inv = inv)
+}
+
+unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin(q, op::WRITE, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+    })
+}
+
+unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin(q, op::READ, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+    })
+}
+
+unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    begin(q, op::LOCAL_INV, |w| w.imm_or_inv = rkey)
+}
+
+fn set_payload(q: *mut ibv_qp_ex, sges: Vec<Sge>, inline: bool) {
+    with_batch(q, |x, b| {
+        if b.pending.is_none() {
+            b.err = libc::EINVAL;
+            return;
+        }
+        b.seal(&x.qp, sges, inline);
+    })
+}
+
+unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    set_payload(q, vec![Sge { addr, length, lkey }], false)
+}
+
+unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    let sges = if n == 0 || list.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller passes `n` SGEs at `list`.
+        unsafe { std::slice::from_raw_parts(list, n) }
+            .iter()
+            .map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey })
+            .collect()
+    };
+    set_payload(q, sges, false)
+}
+
+unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    set_payload(q, vec![Sge { addr: addr as u64, length: length as u32, lkey: 0 }], true)
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_data_buf) {
+    let sges = if n == 0 || list.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller passes `n` buffers at `list`.
+        unsafe { std::slice::from_raw_parts(list, n) }
+            .iter()
+            .map(|d| Sge { addr: d.addr as u64, length: d.length as u32, lkey: 0 })
+            .collect()
+    };
+    set_payload(q, sges, true)
+}
+
+/// The ops table handed to libibverbs; entries left out answer EOPNOTSUPP.
+pub fn ops() -> verbs_context_ops {
+    verbs_context_ops {
+        alloc_pd: Some(alloc_pd),
+        async_event: Some(async_event),
+        create_cq: Some(create_cq),
+        create_cq_ex: Some(create_cq_ex),
+        create_qp: Some(create_qp),
+        create_qp_ex: Some(create_qp_ex),
+        create_srq: Some(create_srq),
+        create_srq_ex: Some(create_srq_ex),
+        dealloc_pd: Some(dealloc_pd),
+        dereg_mr: Some(dereg_mr),
+        destroy_cq: Some(destroy_cq),
+        destroy_qp: Some(destroy_qp),
+        destroy_srq: Some(destroy_srq),
+        free_context: Some(crate::device::free_context),
+        modify_qp: Some(modify_qp),
+        modify_srq: Some(modify_srq),
+        poll_cq: Some(poll_cq),
+        post_recv: Some(post_recv),
+        post_send: Some(post_send),
+        post_srq_recv: Some(post_srq_recv),
+        query_device_ex: Some(query_device_ex),
+        query_port: Some(query_port),
+        query_qp: Some(query_qp),
+        query_srq: Some(query_srq),
+        reg_mr: Some(reg_mr),
+        req_notify_cq: Some(req_notify_cq),
+        ..verbs_context_ops::EMPTY
+    }
+}
+
