@@ -4,7 +4,8 @@ use std::env;
 use std::path::PathBuf;
 
 fn main() {
-    let header = env::var("XIW_VERBS_H").unwrap_or_else(|_| "/usr/include/infiniband/verbs.h".into());
+    let header =
+        env::var("XIW_VERBS_H").unwrap_or_else(|_| "/usr/include/infiniband/verbs.h".into());
     println!("cargo:rerun-if-changed={header}");
     println!("cargo:rerun-if-env-changed=XIW_VERBS_H");
 

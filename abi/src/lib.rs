@@ -6,7 +6,12 @@
 //!   provider and a kernel module; `include/xiw_abi.h` is its C twin.
 
 pub mod verbs {
-    #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+    #![allow(
+        non_upper_case_globals,
+        non_camel_case_types,
+        non_snake_case,
+        dead_code
+    )]
     #![allow(clippy::all)]
     include!(concat!(env!("OUT_DIR"), "/verbs.rs"));
 }

@@ -164,13 +164,20 @@ pub const fn ring_bytes(entries: u32, stride: u32) -> usize {
 /// Slot stride for a send queue allowing `max_sge` SGEs or `max_inline` inline bytes.
 pub const fn send_stride(max_sge: u32, max_inline: u32) -> u32 {
     let sges = max_sge as usize * size_of::<Sge>();
-    let body = if sges > max_inline as usize { sges } else { max_inline as usize };
+    let body = if sges > max_inline as usize {
+        sges
+    } else {
+        max_inline as usize
+    };
     round_up(size_of::<SendWqe>() + body, 64) as u32
 }
 
 /// Slot stride for a receive queue allowing `max_sge` SGEs.
 pub const fn recv_stride(max_sge: u32) -> u32 {
-    round_up(size_of::<RecvWqe>() + max_sge as usize * size_of::<Sge>(), 16) as u32
+    round_up(
+        size_of::<RecvWqe>() + max_sge as usize * size_of::<Sge>(),
+        16,
+    ) as u32
 }
 
 const fn round_up(v: usize, to: usize) -> usize {

@@ -37,7 +37,10 @@ impl Listener {
             return Err(io::Error::last_os_error());
         }
         let port = local_addr(fd.as_raw_fd())?.port();
-        Ok(Listener { fd, qpn: port as u32 })
+        Ok(Listener {
+            fd,
+            qpn: port as u32,
+        })
     }
 }
 
@@ -89,7 +92,10 @@ impl Cm {
 
     /// RTR: start connecting to (or waiting for) the peer.
     pub fn start(&mut self, qp: &Qp, peer_addr: IpAddr, peer_qpn: u32) -> Result<(), String> {
-        if self.phase != Phase::Idle && self.phase != Phase::AwaitRequest && self.phase != Phase::HaveRequest {
+        if self.phase != Phase::Idle
+            && self.phase != Phase::AwaitRequest
+            && self.phase != Phase::HaveRequest
+        {
             return Ok(());
         }
         let sh = &qp.sh;
@@ -121,14 +127,20 @@ impl Cm {
         let sa = SocketAddr::new(addr, qpn as u16);
         let (storage, len) = sockaddr(sa);
         // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
-        let r = unsafe { libc::connect(fd.as_raw_fd(), &storage as *const _ as *const libc::sockaddr, len) };
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                &storage as *const _ as *const libc::sockaddr,
+                len,
+            )
+        };
         if r != 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINPROGRESS) {
                 return Err(e);
             }
         }
-        sh.watch_cm(fd.as_raw_fd(), qp.qpn, true, false)?;
+        sh.watch_cm(fd.as_raw_fd(), qp.qpn, true, true)?;
         self.sock = Some(fd);
         self.phase = Phase::Connecting;
         Ok(())
@@ -178,8 +190,11 @@ impl Cm {
                 if err != 0 {
                     return Err(format!("connect: {}", io::Error::from_raw_os_error(err)));
                 }
-                self.send_request(qp).map_err(|e| format!("sending MPA request: {e}"))?;
-                qp.sh.watch_cm(fd, qp.qpn, false, false).map_err(|e| e.to_string())?;
+                self.send_request(qp)
+                    .map_err(|e| format!("sending MPA request: {e}"))?;
+                qp.sh
+                    .watch_cm(fd, qp.qpn, false, false)
+                    .map_err(|e| e.to_string())?;
                 self.phase = Phase::AwaitReply;
                 Ok(())
             }
@@ -254,7 +269,10 @@ impl Cm {
             } else {
                 let pd = u16::from_be_bytes([self.buf[18], self.buf[19]]) as usize;
                 if pd > mpa::MAX_PRIVATE_DATA {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "private data too long"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "private data too long",
+                    ));
                 }
                 mpa::HEADER_LEN + pd
             };
@@ -265,12 +283,20 @@ impl Cm {
             self.buf.resize(want, 0);
             // SAFETY: reading into the tail of `buf`, which was just sized for it.
             let n = unsafe {
-                libc::recv(fd, self.buf.as_mut_ptr().add(have) as *mut libc::c_void, want - have, libc::MSG_DONTWAIT)
+                libc::recv(
+                    fd,
+                    self.buf.as_mut_ptr().add(have) as *mut libc::c_void,
+                    want - have,
+                    libc::MSG_DONTWAIT,
+                )
             };
             if n <= 0 {
                 self.buf.truncate(have);
                 if n == 0 {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed during MPA setup"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "peer closed during MPA setup",
+                    ));
                 }
                 let e = io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EAGAIN) {
@@ -284,8 +310,13 @@ impl Cm {
 
     fn private_data(qp: &Qp, ird: u32, ord: u32, to_qpn: u32) -> Vec<u8> {
         let mut pd = vec![0u8; mpa::ENHANCED_LEN + PD_LEN];
-        mpa::EnhancedParams { ird: ird as u16, ord: ord as u16, peer_to_peer: true, rtr: mpa::Rtr::ZeroLengthWrite }
-            .emit(&mut pd[..mpa::ENHANCED_LEN]);
+        mpa::EnhancedParams {
+            ird: ird as u16,
+            ord: ord as u16,
+            peer_to_peer: true,
+            rtr: mpa::Rtr::ZeroLengthWrite,
+        }
+        .emit(&mut pd[..mpa::ENHANCED_LEN]);
         pd[4..8].copy_from_slice(PD_MAGIC);
         pd[8..12].copy_from_slice(&qp.qpn.to_be_bytes());
         pd[12..16].copy_from_slice(&to_qpn.to_be_bytes());
@@ -339,18 +370,27 @@ impl Cm {
         if req.kind != mpa::FrameKind::Request || req.markers {
             return Err(());
         }
-        let (ird, _ord, from, _to) = parse_private(req.private_data, req.enhanced, req.revision).ok_or(())?;
-        self.request = Some(Request { crc: req.crc, ird, initiator_qpn: from });
+        let (ird, _ord, from, _to) =
+            parse_private(req.private_data, req.enhanced, req.revision).ok_or(())?;
+        self.request = Some(Request {
+            crc: req.crc,
+            ird,
+            initiator_qpn: from,
+        });
         Ok(())
     }
 
     /// Passive side at RTR with a request in hand: check it names this QP and
     /// comes from the expected peer, then reply.
     fn answer_request(&mut self, qp: &Qp) -> Result<(), String> {
-        let Some(req) = self.request.take() else { return Ok(()) };
+        let Some(req) = self.request.take() else {
+            return Ok(());
+        };
         let (peer_addr, peer_qpn) = self.peer.expect("peer known at RTR");
         let from = peer_addr_of(self.sock_fd()).map(|a| a.ip());
-        let from_ok = from.map(|a| canonical(a) == canonical(peer_addr)).unwrap_or(false);
+        let from_ok = from
+            .map(|a| canonical(a) == canonical(peer_addr))
+            .unwrap_or(false);
         if req.initiator_qpn != peer_qpn || !from_ok {
             self.reject(qp);
             self.phase = Phase::AwaitRequest;
@@ -451,7 +491,11 @@ impl Cm {
 fn local_ird_ord(qp: &Qp) -> (u32, u32) {
     let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
     let ird = (a.max_dest_rd_atomic as u32).clamp(1, MAX_RD_ATOMIC);
-    let ord = if a.max_rd_atomic == 0 { MAX_RD_ATOMIC } else { a.max_rd_atomic as u32 };
+    let ord = if a.max_rd_atomic == 0 {
+        MAX_RD_ATOMIC
+    } else {
+        a.max_rd_atomic as u32
+    };
     (ird, ord)
 }
 
@@ -479,9 +523,19 @@ fn canonical(a: IpAddr) -> IpAddr {
 }
 
 fn socket_for(addr: IpAddr) -> io::Result<OwnedFd> {
-    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain socket(2).
-    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -497,24 +551,34 @@ fn sockaddr(sa: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
             unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in, sin) };
-            (st, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+            (
+                st,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
         }
         SocketAddr::V6(a) => {
             let sin6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
             unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            (st, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+            (
+                st,
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
         }
     }
 }
@@ -524,12 +588,18 @@ fn from_storage(st: &libc::sockaddr_storage) -> Option<SocketAddr> {
         libc::AF_INET => {
             // SAFETY: the family says the storage holds a sockaddr_in.
             let sin = unsafe { &*(st as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::new(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()), u16::from_be(sin.sin_port)))
+            Some(SocketAddr::new(
+                IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()),
+                u16::from_be(sin.sin_port),
+            ))
         }
         libc::AF_INET6 => {
             // SAFETY: the family says the storage holds a sockaddr_in6.
             let sin6 = unsafe { &*(st as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::new(IpAddr::from(sin6.sin6_addr.s6_addr), u16::from_be(sin6.sin6_port)))
+            Some(SocketAddr::new(
+                IpAddr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+            ))
         }
         _ => None,
     }
@@ -569,7 +639,13 @@ fn peer_addr_of(fd: RawFd) -> Option<SocketAddr> {
 fn set_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
     // SAFETY: setsockopt with a pointer to a live int.
     let r = unsafe {
-        libc::setsockopt(fd, level, name, &v as *const i32 as *const libc::c_void, std::mem::size_of::<i32>() as u32)
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &v as *const i32 as *const libc::c_void,
+            std::mem::size_of::<i32>() as u32,
+        )
     };
     if r != 0 {
         return Err(io::Error::last_os_error());
@@ -581,7 +657,15 @@ fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
     let mut v: i32 = 0;
     let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
     // SAFETY: getsockopt into a live int of `len` bytes.
-    let r = unsafe { libc::getsockopt(fd, level, name, &mut v as *mut i32 as *mut libc::c_void, &mut len) };
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut v as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -594,7 +678,12 @@ fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         // SAFETY: sending from a live slice on our socket.
         let n = unsafe {
-            libc::send(fd, data.as_ptr() as *const libc::c_void, data.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+            libc::send(
+                fd,
+                data.as_ptr() as *const libc::c_void,
+                data.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
         };
         if n > 0 {
             data = &data[n as usize..];
@@ -602,7 +691,11 @@ fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
         }
         let e = io::Error::last_os_error();
         if n < 0 && e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline {
-            let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
             // SAFETY: one valid pollfd.
             unsafe { libc::poll(&mut pfd, 1, 10) };
             continue;

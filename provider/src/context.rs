@@ -30,7 +30,10 @@ pub struct Config {
 impl Config {
     pub fn from_env() -> Config {
         fn num(name: &str, default: u64) -> u64 {
-            std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(default)
         }
         Config {
             crc: num("XIW_CRC", 1) != 0,
@@ -111,7 +114,12 @@ impl Shared {
             handles: Mutex::new(HashMap::new()),
             ids: AtomicU32::new(1),
         };
-        sh.epoll(libc::EPOLL_CTL_ADD, sh.kick.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_KICK)?;
+        sh.epoll(
+            libc::EPOLL_CTL_ADD,
+            sh.kick.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            TOKEN_KICK,
+        )?;
         Ok((sh, r))
     }
 
@@ -120,7 +128,11 @@ impl Shared {
     }
 
     pub fn qp(&self, qpn: u32) -> Option<Arc<Qp>> {
-        self.qps.read().unwrap_or_else(|e| e.into_inner()).get(&qpn).cloned()
+        self.qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .cloned()
     }
 
     pub fn qp_count(&self) -> usize {
@@ -128,23 +140,42 @@ impl Shared {
     }
 
     pub fn qps_using(&self, f: impl Fn(&Qp) -> bool) -> bool {
-        self.qps.read().unwrap_or_else(|e| e.into_inner()).values().any(|q| f(q))
+        self.qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .any(|q| f(q))
     }
 
     /// Makes a new QP reachable: in the table, and its listener watched.
     pub fn register_qp(&self, qp: Arc<Qp>) -> io::Result<()> {
         let fd = qp.lock_cm().listener.fd.as_raw_fd();
         let qpn = qp.qpn;
-        self.qps.write().unwrap_or_else(|e| e.into_inner()).insert(qpn, qp);
-        if let Err(e) = self.epoll(libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32, token(qpn, KIND_LISTEN)) {
-            self.qps.write().unwrap_or_else(|e| e.into_inner()).remove(&qpn);
+        self.qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(qpn, qp);
+        if let Err(e) = self.epoll(
+            libc::EPOLL_CTL_ADD,
+            fd,
+            libc::EPOLLIN as u32,
+            token(qpn, KIND_LISTEN),
+        ) {
+            self.qps
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&qpn);
             return Err(e);
         }
         Ok(())
     }
 
     pub fn unregister_qp(&self, qpn: u32) -> Option<Arc<Qp>> {
-        let qp = self.qps.write().unwrap_or_else(|e| e.into_inner()).remove(&qpn)?;
+        let qp = self
+            .qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&qpn)?;
         self.unwatch(qp.lock_cm().listener.fd.as_raw_fd());
         Some(qp)
     }
@@ -170,13 +201,22 @@ impl Shared {
     /// A connection socket during MPA setup: `add` registers it, `out` asks for writability.
     pub fn watch_cm(&self, fd: RawFd, qpn: u32, out: bool, add: bool) -> io::Result<()> {
         let ev = libc::EPOLLIN as u32 | if out { libc::EPOLLOUT as u32 } else { 0 };
-        let op = if add { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_MOD };
+        let op = if add {
+            libc::EPOLL_CTL_ADD
+        } else {
+            libc::EPOLL_CTL_MOD
+        };
         self.epoll(op, fd, ev, token(qpn, KIND_CM))
     }
 
     /// The established stream: from now on its events go to the data path.
     pub fn watch_data_new(&self, fd: RawFd, qpn: u32) -> io::Result<()> {
-        self.epoll(libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, token(qpn, KIND_DATA))
+        self.epoll(
+            libc::EPOLL_CTL_MOD,
+            fd,
+            libc::EPOLLIN as u32,
+            token(qpn, KIND_DATA),
+        )
     }
 
     pub fn watch_data(&self, fd: RawFd, qpn: u32, out: bool) {
@@ -191,12 +231,21 @@ impl Shared {
     pub fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writing 8 bytes to our eventfd.
-        unsafe { libc::write(self.kick.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+        unsafe {
+            libc::write(
+                self.kick.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
     }
 
     pub fn add_timer(&self, qp: &Qp) {
         if let Some(arc) = self.qp(qp.qpn) {
-            self.timers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::downgrade(&arc));
+            self.timers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::downgrade(&arc));
             self.has_timers.store(true, Ordering::Release);
             self.wake();
         }
@@ -220,7 +269,13 @@ impl Shared {
         rec[..8].copy_from_slice(&(element as u64).to_ne_bytes());
         rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
         // SAFETY: writing a 16-byte record to our pipe; a full pipe drops the event.
-        unsafe { libc::write(self.async_w.as_raw_fd(), rec.as_ptr() as *const libc::c_void, 16) };
+        unsafe {
+            libc::write(
+                self.async_w.as_raw_fd(),
+                rec.as_ptr() as *const libc::c_void,
+                16,
+            )
+        };
     }
 
     pub fn qp_event(&self, qp: &Qp, event: u32) {
@@ -230,7 +285,12 @@ impl Shared {
     }
 
     pub fn cq_overflow(&self, cq_id: u32) {
-        let h = self.handles.lock().unwrap_or_else(|e| e.into_inner()).get(&cq_id).copied();
+        let h = self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&cq_id)
+            .copied();
         if let Some(h) = h {
             crate::log::warn(self, format_args!("completion queue overrun"));
             self.post_event(h, IBV_EVENT_CQ_ERR);
@@ -238,7 +298,12 @@ impl Shared {
     }
 
     pub fn srq_limit_event(&self, srq_id: u32) {
-        let h = self.handles.lock().unwrap_or_else(|e| e.into_inner()).get(&srq_id).copied();
+        let h = self
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&srq_id)
+            .copied();
         if let Some(h) = h {
             self.post_event(h, IBV_EVENT_SRQ_LIMIT_REACHED);
         }

@@ -24,7 +24,9 @@ unsafe impl Sync for MatchTable {}
 static MATCH: MatchTable = MatchTable([
     verbs_match_ent {
         driver_data: ptr::null_mut(),
-        u: verbs_match_ent_u { modalias: c"rdma_device:*Nxiw*".as_ptr() },
+        u: verbs_match_ent_u {
+            modalias: c"rdma_device:*Nxiw*".as_ptr(),
+        },
         vendor: 0,
         device: 0,
         kind: VERBS_MATCH_MODALIAS,
@@ -56,7 +58,8 @@ static DEVICE_OPS: verbs_device_ops = verbs_device_ops {
 static INIT: extern "C" fn() = register;
 
 extern "C" fn register() {
-    let _ = catch_unwind(|| match rdma_core_version() {
+    let _ = catch_unwind(|| {
+        match rdma_core_version() {
         Some(v) if KNOWN_RDMA_CORE.contains(&v.as_str()) => {
             // SAFETY: DEVICE_OPS is a static that lives as long as the library.
             unsafe { verbs_register_driver_34(&DEVICE_OPS) }
@@ -66,6 +69,7 @@ extern "C" fn register() {
             KNOWN_RDMA_CORE.join(", ")
         ),
         None => eprintln!("xiw: not registering: cannot tell which rdma-core version loaded this provider"),
+    }
     });
 }
 
@@ -81,7 +85,10 @@ fn rdma_core_version() -> Option<String> {
         return None;
     }
     // SAFETY: dladdr returns a NUL-terminated path.
-    let path = unsafe { CStr::from_ptr(info.dli_fname) }.to_str().ok()?.to_owned();
+    let path = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_str()
+        .ok()?
+        .to_owned();
     let real = std::fs::canonicalize(&path).ok()?;
     let name = real.file_name()?.to_str()?;
     let v = name.strip_prefix("libibverbs.so.1.")?;
@@ -105,21 +112,35 @@ unsafe extern "C" fn uninit_device(dev: *mut verbs_device) {
     }
 }
 
-unsafe extern "C" fn alloc_context(dev: *mut ibv_device, cmd_fd: i32, _private: *mut libc::c_void) -> *mut verbs_context {
+unsafe extern "C" fn alloc_context(
+    dev: *mut ibv_device,
+    cmd_fd: i32,
+    _private: *mut libc::c_void,
+) -> *mut verbs_context {
     catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: libibverbs passes the device it matched to us.
-        let path = unsafe { CStr::from_ptr((*dev).ibdev_path.as_ptr()) }.to_string_lossy().into_owned();
+        let path = unsafe { CStr::from_ptr((*dev).ibdev_path.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
         let info = match DeviceInfo::load(std::path::Path::new(&path)) {
             Ok(i) => i,
             Err(e) => {
-                eprintln!("xiw: cannot read the device description under {path}: {e} (run `xiw up`)");
+                eprintln!(
+                    "xiw: cannot read the device description under {path}: {e} (run `xiw up`)"
+                );
                 return ptr::null_mut();
             }
         };
         // SAFETY: libibverbs allocates size_of::<XiwContext>() zeroed bytes with the
         // verbs_context at offset 0, and initialises it.
         let ctx = unsafe {
-            _verbs_init_and_alloc_context(dev, cmd_fd, std::mem::size_of::<XiwContext>(), ptr::null_mut(), 0)
+            _verbs_init_and_alloc_context(
+                dev,
+                cmd_fd,
+                std::mem::size_of::<XiwContext>(),
+                ptr::null_mut(),
+                0,
+            )
         } as *mut XiwContext;
         if ctx.is_null() {
             return ptr::null_mut();

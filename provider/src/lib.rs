@@ -8,8 +8,8 @@
 pub mod cm;
 pub mod context;
 pub mod cq;
-pub mod devinfo;
 pub mod device;
+pub mod devinfo;
 pub mod log;
 pub mod mem;
 pub mod progress;

@@ -26,7 +26,9 @@ fn emit(sh: &Shared, level: u32, args: fmt::Arguments) {
     if vctx == 0 {
         return;
     }
-    let Ok(msg) = CString::new(format!("xiw: {}: {}\n", sh.dev.ibdev, args)) else { return };
+    let Ok(msg) = CString::new(format!("xiw: {}: {}\n", sh.dev.ibdev, args)) else {
+        return;
+    };
     // SAFETY: `vctx` is the live context that owns `sh`; the format takes one C string.
     unsafe { __verbs_log(vctx as *mut _, level, c"%s".as_ptr(), msg.as_ptr()) };
 }

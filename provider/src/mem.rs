@@ -144,7 +144,14 @@ impl MrTable {
     }
 
     /// Copies `data` into `[to, to+len)` of `stag`, after every check.
-    pub fn write(&self, stag: u32, pd: u32, to: u64, data: &[u8], need: u32) -> Result<(), AccessError> {
+    pub fn write(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        data: &[u8],
+        need: u32,
+    ) -> Result<(), AccessError> {
         self.with_mem(stag, pd, to, data.len(), need, |p| {
             // SAFETY: the range lies inside a registered MR (checked under the read lock,
             // which deregistration must wait for); registration is the owner's promise
@@ -154,7 +161,15 @@ impl MrTable {
     }
 
     /// Appends `[to, to+len)` of `stag` to `out`, after every check.
-    pub fn read(&self, stag: u32, pd: u32, to: u64, len: usize, need: u32, out: &mut Vec<u8>) -> Result<(), AccessError> {
+    pub fn read(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        len: usize,
+        need: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessError> {
         self.with_mem(stag, pd, to, len, need, |p| {
             // SAFETY: as in `write`, the range is inside a registered MR.
             let src = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
@@ -196,21 +211,40 @@ mod tests {
         let t = MrTable::default();
         let mut buf = vec![0u8; 64];
         let addr = buf.as_mut_ptr() as u64;
-        let stag = t.register(1, addr, 64, 0x1000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        let stag = t.register(
+            1,
+            addr,
+            64,
+            0x1000,
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+        );
         assert!(stag >> 8 >= 1);
-        t.write(stag, 1, 0x1010, b"abc", IBV_ACCESS_REMOTE_WRITE).unwrap();
+        t.write(stag, 1, 0x1010, b"abc", IBV_ACCESS_REMOTE_WRITE)
+            .unwrap();
         assert_eq!(&buf[16..19], b"abc");
         assert_eq!(t.write(stag, 2, 0x1010, b"x", 0), Err(AccessError::WrongPd));
         assert_eq!(t.write(stag, 1, 0x103f, b"xy", 0), Err(AccessError::Bounds));
         assert_eq!(t.write(stag, 1, 0xfff, b"x", 0), Err(AccessError::Bounds));
         assert_eq!(t.write(stag, 1, u64::MAX, b"xy", 0), Err(AccessError::Wrap));
-        assert_eq!(t.write(stag, 1, 0x1000, b"x", IBV_ACCESS_REMOTE_READ), Err(AccessError::Access));
-        assert_eq!(t.write(stag ^ 1, 1, 0x1000, b"x", 0), Err(AccessError::InvalidStag));
+        assert_eq!(
+            t.write(stag, 1, 0x1000, b"x", IBV_ACCESS_REMOTE_READ),
+            Err(AccessError::Access)
+        );
+        assert_eq!(
+            t.write(stag ^ 1, 1, 0x1000, b"x", 0),
+            Err(AccessError::InvalidStag)
+        );
         t.invalidate(stag, 1).unwrap();
-        assert_eq!(t.write(stag, 1, 0x1000, b"x", 0), Err(AccessError::InvalidStag));
+        assert_eq!(
+            t.write(stag, 1, 0x1000, b"x", 0),
+            Err(AccessError::InvalidStag)
+        );
         assert!(t.deregister(stag));
         let again = t.register(1, addr, 64, addr, 0);
         assert_ne!(again, stag, "a reused slot gets a new key");
-        assert_eq!(t.write(stag, 1, 0x1000, b"x", 0), Err(AccessError::InvalidStag));
+        assert_eq!(
+            t.write(stag, 1, 0x1000, b"x", 0),
+            Err(AccessError::InvalidStag)
+        );
     }
 }

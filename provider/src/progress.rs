@@ -26,7 +26,14 @@ pub fn run(sh: Arc<Shared>) {
             -1
         };
         // SAFETY: `events` has room for `len` entries; epfd is ours.
-        let n = unsafe { libc::epoll_wait(sh.epfd.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout) };
+        let n = unsafe {
+            libc::epoll_wait(
+                sh.epfd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                timeout,
+            )
+        };
         if sh.shutdown.load(Ordering::Acquire) {
             return;
         }
@@ -38,12 +45,24 @@ pub fn run(sh: Arc<Shared>) {
             if tok == TOKEN_KICK {
                 let mut v = 0u64;
                 // SAFETY: reading 8 bytes from our eventfd into a live u64.
-                unsafe { libc::read(sh.kick.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+                unsafe {
+                    libc::read(
+                        sh.kick.as_raw_fd(),
+                        &mut v as *mut u64 as *mut libc::c_void,
+                        8,
+                    )
+                };
                 continue;
             }
             let r = catch_unwind(AssertUnwindSafe(|| dispatch(&sh, tok, bits)));
             if r.is_err() {
-                crate::log::warn(&sh, format_args!("internal error handling an event; QP {} put in error", tok >> 8));
+                crate::log::warn(
+                    &sh,
+                    format_args!(
+                        "internal error handling an event; QP {} put in error",
+                        tok >> 8
+                    ),
+                );
                 if let Some(qp) = sh.qp((tok >> 8) as u32) {
                     qp.fail("internal error", None, None, IBV_EVENT_QP_FATAL);
                 }
@@ -67,7 +86,9 @@ pub fn run(sh: Arc<Shared>) {
 }
 
 fn dispatch(sh: &Shared, tok: u64, bits: u32) {
-    let Some(qp) = sh.qp((tok >> 8) as u32) else { return };
+    let Some(qp) = sh.qp((tok >> 8) as u32) else {
+        return;
+    };
     match tok & 0xff {
         KIND_LISTEN => qp.lock_cm().on_listener(&qp),
         KIND_CM => {
@@ -91,4 +112,3 @@ fn dispatch(sh: &Shared, tok: u64, bits: u32) {
         _ => {}
     }
 }
-

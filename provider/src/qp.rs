@@ -157,9 +157,12 @@ impl Qp {
     }
 
     /// Writes send WQEs into the SQ ring. `Err((index, errno))` names the first refused.
-    pub fn post_send(&self, wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>) -> Result<(), (usize, i32)> {
-        let state = self.state();
-        if state == IBV_QPS_RESET || state == IBV_QPS_INIT || state == IBV_QPS_RTR {
+    pub fn post_send(
+        &self,
+        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
+    ) -> Result<(), (usize, i32)> {
+        // Posting is allowed from INIT on; the WQEs wait for the connection (IB verbs 11.4.1.1).
+        if self.state() == IBV_QPS_RESET {
             return Err((0, libc::EINVAL));
         }
         let guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,7 +176,9 @@ impl Qp {
                     break;
                 }
             };
-            if p.wrapping_sub(self.sq.consumer()) >= self.caps.max_send_wr.max(1).min(self.sq.entries) {
+            if p.wrapping_sub(self.sq.consumer())
+                >= self.caps.max_send_wr.max(1).min(self.sq.entries)
+            {
                 result = Err((i, libc::ENOMEM));
                 break;
             }
@@ -188,7 +193,8 @@ impl Qp {
                 match &body {
                     SendBody::Sges(sges) => {
                         for (k, s) in sges.iter().enumerate() {
-                            self.sq.write(p, size_of::<SendWqe>() + k * size_of::<Sge>(), *s);
+                            self.sq
+                                .write(p, size_of::<SendWqe>() + k * size_of::<Sge>(), *s);
                         }
                     }
                     SendBody::Inline(bytes) => {
@@ -322,7 +328,11 @@ impl Qp {
                     if tx.run(self).is_err() || !tx.pending() {
                         break;
                     }
-                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
                     // SAFETY: one valid pollfd; the fd stays open while the QP lives.
                     unsafe { libc::poll(&mut pfd, 1, 5) };
                 }
@@ -435,7 +445,11 @@ pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
         for k in 0..n {
             sges.push(ring.read::<Sge>(c, size_of::<RecvWqe>() + k * size_of::<Sge>()));
         }
-        RecvJob { wr_id: hdr.wr_id, length: sges.iter().map(|s| s.length as u64).sum(), sges }
+        RecvJob {
+            wr_id: hdr.wr_id,
+            length: sges.iter().map(|s| s.length as u64).sum(),
+            sges,
+        }
     };
     ring.release(c.wrapping_add(1));
     Some(job)

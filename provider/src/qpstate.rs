@@ -27,12 +27,19 @@ fn allowed(cur: u32, new: u32) -> bool {
 pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     let sh = &qp.sh;
     let cur = qp.state();
-    let new = if mask & IBV_QP_STATE != 0 { attr.qp_state } else { cur };
+    let new = if mask & IBV_QP_STATE != 0 {
+        attr.qp_state
+    } else {
+        cur
+    };
     if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
         return Err(libc::EINVAL);
     }
     if !allowed(cur, new) {
-        log::debug(sh, format_args!("modify_qp: {cur} -> {new} is not a valid transition"));
+        log::debug(
+            sh,
+            format_args!("modify_qp: {cur} -> {new} is not a valid transition"),
+        );
         return Err(libc::EINVAL);
     }
     if mask & IBV_QP_PORT != 0 && attr.port_num != 1 {
@@ -47,14 +54,18 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 && attr.max_dest_rd_atomic as u32 > MAX_RD_ATOMIC {
         return Err(libc::EINVAL);
     }
-    let unsupported = IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_RATE_LIMIT;
+    let unsupported =
+        IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_RATE_LIMIT;
     if mask & unsupported != 0 {
         return Err(libc::EOPNOTSUPP);
     }
     let to_rtr = cur == IBV_QPS_INIT && new == IBV_QPS_RTR;
     if to_rtr {
         if mask & IBV_QP_AV == 0 || mask & IBV_QP_DEST_QPN == 0 {
-            log::warn(sh, format_args!("modify_qp to RTR needs the peer's address (IBV_QP_AV) and QPN"));
+            log::warn(
+                sh,
+                format_args!("modify_qp to RTR needs the peer's address (IBV_QP_AV) and QPN"),
+            );
             return Err(libc::EINVAL);
         }
         if attr.ah_attr.is_global == 0 {
@@ -129,7 +140,12 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             qp.reset();
             qp.state.store(IBV_QPS_RESET, Ordering::Release);
         }
-        IBV_QPS_ERR => qp.fail("moved to the error state by the application", None, None, NO_EVENT),
+        IBV_QPS_ERR => qp.fail(
+            "moved to the error state by the application",
+            None,
+            None,
+            NO_EVENT,
+        ),
         IBV_QPS_RTR => {
             qp.state.store(IBV_QPS_RTR, Ordering::Release);
             // SAFETY: reading the raw bytes of the GID union.

@@ -24,9 +24,10 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     pub fn new(kind: u32, min_entries: u32, stride: u32, owner_id: u32) -> io::Result<Ring> {
-        let entries = min_entries.max(1).checked_next_power_of_two().ok_or_else(|| {
-            io::Error::from_raw_os_error(libc::EINVAL)
-        })?;
+        let entries = min_entries
+            .max(1)
+            .checked_next_power_of_two()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         let mut map = MmapMut::map_anon(ring_bytes(entries, stride))?;
         let hdr = map.as_mut_ptr() as *mut RingHeader;
         // SAFETY: the mapping is page aligned and at least RING_SLOTS_OFFSET bytes long;
@@ -39,7 +40,11 @@ impl Ring {
             (*hdr).stride = stride;
             (*hdr).owner_id = owner_id;
         }
-        Ok(Ring { map, entries, stride })
+        Ok(Ring {
+            map,
+            entries,
+            stride,
+        })
     }
 
     pub fn header(&self) -> &RingHeader {
@@ -56,11 +61,17 @@ impl Ring {
     }
 
     pub fn publish(&self, producer: u32) {
-        self.header().producer.value.store(producer, Ordering::Release);
+        self.header()
+            .producer
+            .value
+            .store(producer, Ordering::Release);
     }
 
     pub fn release(&self, consumer: u32) {
-        self.header().consumer.value.store(consumer, Ordering::Release);
+        self.header()
+            .consumer
+            .value
+            .store(consumer, Ordering::Release);
     }
 
     /// Slots in use (posted and not yet consumed).

@@ -34,7 +34,13 @@ pub struct Fail {
 
 impl Fail {
     pub fn stream(why: String) -> Fail {
-        Fail { why, term: None, sq_status: None, rq_status: None, event: IBV_EVENT_QP_FATAL }
+        Fail {
+            why,
+            term: None,
+            sq_status: None,
+            rq_status: None,
+            event: IBV_EVENT_QP_FATAL,
+        }
     }
 
     pub fn local(status: u32, why: &str) -> Fail {
@@ -70,7 +76,14 @@ const RX_BUF: usize = 160 * 1024;
 
 impl Rx {
     pub fn established(fd: i32, crc: bool, expect_rtr: bool, access: u32) -> Rx {
-        Rx { fd: Some(fd), crc, expect_rtr, access, msn: [1; 3], ..Default::default() }
+        Rx {
+            fd: Some(fd),
+            crc,
+            expect_rtr,
+            access,
+            msn: [1; 3],
+            ..Default::default()
+        }
     }
 }
 
@@ -91,7 +104,12 @@ pub fn on_readable(qp: &Qp) -> Result<(), Fail> {
         let room = rx.buf.len() - rx.end;
         // SAFETY: the destination is the unused tail of `buf`; `fd` is the QP's stream.
         let n = unsafe {
-            libc::recv(fd, rx.buf.as_mut_ptr().add(rx.end) as *mut libc::c_void, room, libc::MSG_DONTWAIT)
+            libc::recv(
+                fd,
+                rx.buf.as_mut_ptr().add(rx.end) as *mut libc::c_void,
+                room,
+                libc::MSG_DONTWAIT,
+            )
         };
         if n == 0 {
             return Err(Fail::stream("peer closed the connection".into()));
@@ -134,20 +152,49 @@ fn process_buffered(qp: &Qp, rx: &mut Rx, buf: &[u8]) -> Result<(), Fail> {
 fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
     let ulpdu = match mpa::check_fpdu(fpdu, rx.crc) {
         Ok(u) => u,
-        Err(_) => return Err(terminate(term::LAYER_LLP, term::MPA_ETYPE, term::MPA_ECODE_CRC, None, None, "MPA CRC error")),
+        Err(_) => {
+            return Err(terminate(
+                term::LAYER_LLP,
+                term::MPA_ETYPE,
+                term::MPA_ECODE_CRC,
+                None,
+                None,
+                "MPA CRC error",
+            ))
+        }
     };
     let (hdr, hlen) = match ddp::HeaderRepr::parse(ulpdu) {
         Ok(v) => v,
         Err(wire::Error::BadVersion) => {
             let (etype, code) = if ulpdu.first().is_some_and(|b| b & 0x80 != 0) {
-                (term::DDP_ETYPE_TAGGED_BUFFER, term::DDP_ECODE_T_INVALID_VERSION)
+                (
+                    term::DDP_ETYPE_TAGGED_BUFFER,
+                    term::DDP_ECODE_T_INVALID_VERSION,
+                )
             } else {
-                (term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_INVALID_VERSION)
+                (
+                    term::DDP_ETYPE_UNTAGGED_BUFFER,
+                    term::DDP_ECODE_U_INVALID_VERSION,
+                )
             };
-            return Err(terminate(term::LAYER_DDP, etype, code, Some(ulpdu), None, "bad DDP version"));
+            return Err(terminate(
+                term::LAYER_DDP,
+                etype,
+                code,
+                Some(ulpdu),
+                None,
+                "bad DDP version",
+            ));
         }
         Err(_) => {
-            return Err(terminate(term::LAYER_DDP, term::DDP_ETYPE_LOCAL_CATASTROPHIC, term::DDP_ECODE_LOCAL_CATASTROPHIC, None, None, "short DDP segment"))
+            return Err(terminate(
+                term::LAYER_DDP,
+                term::DDP_ETYPE_LOCAL_CATASTROPHIC,
+                term::DDP_ECODE_LOCAL_CATASTROPHIC,
+                None,
+                None,
+                "short DDP segment",
+            ))
         }
     };
     let dhdr = &ulpdu[..hlen];
@@ -178,7 +225,11 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
     match (hdr.kind, opcode) {
         (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::Write)) => {
             if rx.access & IBV_ACCESS_REMOTE_WRITE == 0 {
-                return Err(access_fail(AccessError::Access, dhdr, "RDMA Write without remote write permission"));
+                return Err(access_fail(
+                    AccessError::Access,
+                    dhdr,
+                    "RDMA Write without remote write permission",
+                ));
             }
             if !payload.is_empty() || hdr.last {
                 qp.sh
@@ -191,7 +242,15 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
         (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::ReadResponse)) => {
             read_response(qp, stag, to, hdr.last, payload, dhdr)
         }
-        (ddp::Kind::Untagged { ulp_word, qn, msn, mo }, Some(op)) => {
+        (
+            ddp::Kind::Untagged {
+                ulp_word,
+                qn,
+                msn,
+                mo,
+            },
+            Some(op),
+        ) => {
             let q = qn as usize;
             if q > 2 {
                 return Err(terminate(
@@ -321,7 +380,10 @@ fn recv_send(
         status: IBV_WC_SUCCESS as u8,
         ..Default::default()
     };
-    if matches!(op, rdmap::Opcode::SendInvalidate | rdmap::Opcode::SendSolicitedInvalidate) {
+    if matches!(
+        op,
+        rdmap::Opcode::SendInvalidate | rdmap::Opcode::SendSolicitedInvalidate
+    ) {
         if qp.sh.mrs.invalidate(inv_stag, qp.pd).is_err() {
             let mut f = terminate(
                 term::LAYER_RDMAP,
@@ -353,7 +415,13 @@ fn scatter(qp: &Qp, sges: &[Sge], mut off: u64, mut data: &[u8]) -> Result<(), A
             continue;
         }
         let take = ((s.length as u64 - off) as usize).min(data.len());
-        qp.sh.mrs.write(s.lkey, qp.pd, s.addr + off, &data[..take], IBV_ACCESS_LOCAL_WRITE)?;
+        qp.sh.mrs.write(
+            s.lkey,
+            qp.pd,
+            s.addr + off,
+            &data[..take],
+            IBV_ACCESS_LOCAL_WRITE,
+        )?;
         data = &data[take..];
         off = 0;
     }
@@ -362,16 +430,33 @@ fn scatter(qp: &Qp, sges: &[Sge], mut off: u64, mut data: &[u8]) -> Result<(), A
 
 fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(), Fail> {
     let pkt = rdmap::ReadRequestPacket::new_checked(payload).map_err(|_| {
-        terminate(term::LAYER_DDP, term::DDP_ETYPE_LOCAL_CATASTROPHIC, term::DDP_ECODE_LOCAL_CATASTROPHIC, Some(dhdr), None, "short Read Request")
+        terminate(
+            term::LAYER_DDP,
+            term::DDP_ETYPE_LOCAL_CATASTROPHIC,
+            term::DDP_ECODE_LOCAL_CATASTROPHIC,
+            Some(dhdr),
+            None,
+            "short Read Request",
+        )
     })?;
     let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| unexpected(dhdr))?;
     let rhdr = &payload[..rdmap::READ_REQUEST_LEN];
     if rx.access & IBV_ACCESS_REMOTE_READ == 0 {
-        return Err(access_fail_r(AccessError::Access, dhdr, rhdr, "RDMA Read without remote read permission"));
+        return Err(access_fail_r(
+            AccessError::Access,
+            dhdr,
+            rhdr,
+            "RDMA Read without remote read permission",
+        ));
     }
-    if let Err(e) =
-        qp.sh.mrs.with_mem(req.src_stag, qp.pd, req.src_to, req.size as usize, IBV_ACCESS_REMOTE_READ, |_| ())
-    {
+    if let Err(e) = qp.sh.mrs.with_mem(
+        req.src_stag,
+        qp.pd,
+        req.src_to,
+        req.size as usize,
+        IBV_ACCESS_REMOTE_READ,
+        |_| (),
+    ) {
         return Err(access_fail_r(e, dhdr, rhdr, "RDMA Read refused"));
     }
     let mut tx = qp.lock_tx();
@@ -398,7 +483,14 @@ fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(),
     Ok(())
 }
 
-fn read_response(qp: &Qp, stag: u32, to: u64, last: bool, payload: &[u8], dhdr: &[u8]) -> Result<(), Fail> {
+fn read_response(
+    qp: &Qp,
+    stag: u32,
+    to: u64,
+    last: bool,
+    payload: &[u8],
+    dhdr: &[u8],
+) -> Result<(), Fail> {
     let tx = qp.lock_tx();
     let Some(pr) = tx.reads.front().cloned() else {
         drop(tx);
@@ -425,11 +517,15 @@ fn read_response(qp: &Qp, stag: u32, to: u64, last: bool, payload: &[u8], dhdr: 
             "Read Response to an unknown sink STag",
         ));
     }
-    if to != pr.sink_to.wrapping_add(pr.received) || pr.received + payload.len() as u64 > pr.length {
+    if to != pr.sink_to.wrapping_add(pr.received) || pr.received + payload.len() as u64 > pr.length
+    {
         return Err(bounds());
     }
     if scatter(qp, &pr.sges, pr.received, payload).is_err() {
-        return Err(Fail::local(IBV_WC_LOC_PROT_ERR, "read sink with a bad lkey"));
+        return Err(Fail::local(
+            IBV_WC_LOC_PROT_ERR,
+            "read sink with a bad lkey",
+        ));
     }
     let mut tx = qp.lock_tx();
     let front = tx.reads.front_mut().expect("read still pending");
@@ -456,18 +552,41 @@ fn peer_terminated(_qp: &Qp, payload: &[u8]) -> Fail {
         Ok(t) => match (t.layer, t.etype, t.ecode) {
             (term::LAYER_RDMAP, term::RDMAP_ETYPE_REMOTE_PROTECTION, _) => IBV_WC_REM_ACCESS_ERR,
             (term::LAYER_DDP, term::DDP_ETYPE_TAGGED_BUFFER, _) => IBV_WC_REM_ACCESS_ERR,
-            (term::LAYER_DDP, term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_MSG_TOO_LONG) => IBV_WC_REM_INV_REQ_ERR,
-            (term::LAYER_DDP, term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_INVALID_MSN_NO_BUFFER) => IBV_WC_RNR_RETRY_EXC_ERR,
+            (term::LAYER_DDP, term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_MSG_TOO_LONG) => {
+                IBV_WC_REM_INV_REQ_ERR
+            }
+            (
+                term::LAYER_DDP,
+                term::DDP_ETYPE_UNTAGGED_BUFFER,
+                term::DDP_ECODE_U_INVALID_MSN_NO_BUFFER,
+            ) => IBV_WC_RNR_RETRY_EXC_ERR,
             _ => IBV_WC_REM_OP_ERR,
         },
         Err(_) => IBV_WC_REM_OP_ERR,
     };
-    let event = if status == IBV_WC_REM_ACCESS_ERR { IBV_EVENT_QP_ACCESS_ERR } else { IBV_EVENT_QP_FATAL };
-    Fail { why: "peer sent a Terminate".into(), term: None, sq_status: Some(status), rq_status: None, event }
+    let event = if status == IBV_WC_REM_ACCESS_ERR {
+        IBV_EVENT_QP_ACCESS_ERR
+    } else {
+        IBV_EVENT_QP_FATAL
+    };
+    Fail {
+        why: "peer sent a Terminate".into(),
+        term: None,
+        sq_status: Some(status),
+        rq_status: None,
+        event,
+    }
 }
 
 fn unexpected(dhdr: &[u8]) -> Fail {
-    terminate(term::LAYER_RDMAP, term::RDMAP_ETYPE_REMOTE_OPERATION, term::RDMAP_ECODE_UNEXPECTED_OPCODE, Some(dhdr), None, "unexpected opcode")
+    terminate(
+        term::LAYER_RDMAP,
+        term::RDMAP_ETYPE_REMOTE_OPERATION,
+        term::RDMAP_ECODE_UNEXPECTED_OPCODE,
+        Some(dhdr),
+        None,
+        "unexpected opcode",
+    )
 }
 
 fn access_fail(e: AccessError, dhdr: &[u8], why: &str) -> Fail {
@@ -489,7 +608,14 @@ fn access_fail_inner(e: AccessError, dhdr: &[u8], rhdr: Option<&[u8]>, why: &str
             AccessError::WrongPd => term::RDMAP_ECODE_STAG_NOT_ASSOCIATED,
             AccessError::Wrap => term::RDMAP_ECODE_TO_WRAP,
         };
-        terminate(term::LAYER_RDMAP, term::RDMAP_ETYPE_REMOTE_PROTECTION, code, Some(dhdr), rhdr, why)
+        terminate(
+            term::LAYER_RDMAP,
+            term::RDMAP_ETYPE_REMOTE_PROTECTION,
+            code,
+            Some(dhdr),
+            rhdr,
+            why,
+        )
     } else {
         let code = match e {
             AccessError::InvalidStag | AccessError::Access => term::DDP_ECODE_T_INVALID_STAG,
@@ -497,14 +623,28 @@ fn access_fail_inner(e: AccessError, dhdr: &[u8], rhdr: Option<&[u8]>, why: &str
             AccessError::WrongPd => term::DDP_ECODE_T_STAG_NOT_ASSOCIATED,
             AccessError::Wrap => term::DDP_ECODE_T_TO_WRAP,
         };
-        terminate(term::LAYER_DDP, term::DDP_ETYPE_TAGGED_BUFFER, code, Some(dhdr), None, why)
+        terminate(
+            term::LAYER_DDP,
+            term::DDP_ETYPE_TAGGED_BUFFER,
+            code,
+            Some(dhdr),
+            None,
+            why,
+        )
     };
     f.event = IBV_EVENT_QP_ACCESS_ERR;
     f
 }
 
 /// A Terminate for the peer with the offending headers copied in.
-fn terminate(layer: u8, etype: u8, ecode: u8, dhdr: Option<&[u8]>, rhdr: Option<&[u8]>, why: &str) -> Fail {
+fn terminate(
+    layer: u8,
+    etype: u8,
+    ecode: u8,
+    dhdr: Option<&[u8]>,
+    rhdr: Option<&[u8]>,
+    why: &str,
+) -> Fail {
     let repr = term::TerminateRepr {
         layer,
         etype,
@@ -518,5 +658,11 @@ fn terminate(layer: u8, etype: u8, ecode: u8, dhdr: Option<&[u8]>, rhdr: Option<
     };
     let mut body = vec![0u8; repr.buffer_len()];
     repr.emit(&mut term::Packet::new_unchecked(&mut body[..]));
-    Fail { why: why.into(), term: Some(body), sq_status: None, rq_status: None, event: IBV_EVENT_QP_FATAL }
+    Fail {
+        why: why.into(),
+        term: Some(body),
+        sq_status: None,
+        rq_status: None,
+        event: IBV_EVENT_QP_FATAL,
+    }
 }

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 
 use xiw_abi::ring::*;
 
-use crate::queue::Ring;
 use crate::qp::RecvJob;
+use crate::queue::Ring;
 
 pub struct Srq {
     pub id: u32,
@@ -49,7 +49,10 @@ impl Srq {
         let limit = self.limit.load(Ordering::Acquire);
         let fired = limit != 0
             && self.ring.used() < limit
-            && self.limit.compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire).is_ok();
+            && self
+                .limit
+                .compare_exchange(limit, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
         Some((job, fired))
     }
 }

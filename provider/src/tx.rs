@@ -187,21 +187,27 @@ impl Tx {
         self.complete_ready(qp);
     }
 
-    /// Reports finished SQ WQEs, strictly in order (RFC 5040 section 5.5).
+    /// Reports finished SQ WQEs, strictly in order (RFC 5040 section 5.5). The slots
+    /// are released before the completions become visible, so an application that
+    /// sees a completion can always post again.
     pub fn complete_ready(&mut self, qp: &Qp) {
         let mut c = qp.sq.consumer();
-        let start = c;
+        let mut done = Vec::new();
         while c != self.next {
-            let Some(Slot::Done(status)) = *self.slot(c) else { break };
+            let Some(Slot::Done(status)) = *self.slot(c) else {
+                break;
+            };
             *self.slot(c) = None;
             // SAFETY: slot `c` lies in [consumer, producer): posted and not yet released,
             // so its contents are stable.
-            let wqe: SendWqe = unsafe { qp.sq.read(c, 0) };
-            qp.complete_send(&wqe, status);
+            done.push((unsafe { qp.sq.read::<SendWqe>(c, 0) }, status));
             c = c.wrapping_add(1);
         }
-        if c != start {
+        if !done.is_empty() {
             qp.sq.release(c);
+            for (wqe, status) in &done {
+                qp.complete_send(wqe, *status);
+            }
         }
     }
 
@@ -224,10 +230,10 @@ impl Tx {
         self.complete_ready(qp);
         let mut c = qp.sq.consumer();
         let end = qp.sq.producer();
-        let mut first = true;
+        let mut flushed = Vec::new();
         while c != end {
             let started = c != self.next && self.slot(c).is_some();
-            let status = if first && started {
+            let status = if flushed.is_empty() && started {
                 match qp.last_error.swap(IBV_WC_SUCCESS, Ordering::AcqRel) {
                     IBV_WC_SUCCESS => IBV_WC_WR_FLUSH_ERR,
                     s => s,
@@ -235,15 +241,16 @@ impl Tx {
             } else {
                 IBV_WC_WR_FLUSH_ERR
             };
-            first = false;
             *self.slot(c) = None;
             // SAFETY: as in `complete_ready`.
-            let wqe: SendWqe = unsafe { qp.sq.read(c, 0) };
-            qp.complete_send(&wqe, status);
+            flushed.push((unsafe { qp.sq.read::<SendWqe>(c, 0) }, status));
             c = c.wrapping_add(1);
         }
         self.next = end;
         qp.sq.release(end);
+        for (wqe, status) in &flushed {
+            qp.complete_send(wqe, *status);
+        }
     }
 
     /// Frames FPDUs until `BATCH` bytes are waiting; false if there was nothing to frame.
@@ -276,7 +283,9 @@ impl Tx {
             if self.cur.is_none() {
                 self.cur = self.next_job(qp)?;
             }
-            let Some(mut cur) = self.cur.take() else { break };
+            let Some(mut cur) = self.cur.take() else {
+                break;
+            };
             let finished = self.frame_job(qp, &mut cur)?;
             if !finished {
                 self.cur = Some(cur);
@@ -287,9 +296,14 @@ impl Tx {
 
     fn next_job(&mut self, qp: &Qp) -> Result<Option<Cur>, Fail> {
         if let Some(r) = self.irq.pop_front() {
-            return Ok(Some(Cur { job: Job::ReadResp(r), sent: 0 }));
+            return Ok(Some(Cur {
+                job: Job::ReadResp(r),
+                sent: 0,
+            }));
         }
-        if qp.state() != IBV_QPS_RTS && qp.state() != IBV_QPS_SQD {
+        // iWARP has no receive-only state: once the stream is up (reached at RTR),
+        // the send queue runs, as with iWARP RNICs whose CM moves the QP to RTS.
+        if !matches!(qp.state(), IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD) {
             return Ok(None);
         }
         if self.next == qp.sq.producer() {
@@ -309,26 +323,46 @@ impl Tx {
             // SAFETY: the inline bytes were copied into this slot at post time and
             // `length` was bounded by max_inline, which sized the stride.
             unsafe {
-                std::ptr::copy_nonoverlapping(qp.sq.slot(idx).add(size_of::<SendWqe>()), v.as_mut_ptr(), v.len())
+                std::ptr::copy_nonoverlapping(
+                    qp.sq.slot(idx).add(size_of::<SendWqe>()),
+                    v.as_mut_ptr(),
+                    v.len(),
+                )
             };
             Body::Inline(v)
         } else {
             let n = (wqe.num_sge as usize).min(crate::qp::MAX_SGE as usize);
             // SAFETY: as above; `num_sge` was bounded by max_send_sge at post time.
-            Body::Sges((0..n).map(|k| unsafe { qp.sq.read::<Sge>(idx, size_of::<SendWqe>() + k * 16) }).collect())
+            Body::Sges(
+                (0..n)
+                    .map(|k| unsafe { qp.sq.read::<Sge>(idx, size_of::<SendWqe>() + k * 16) })
+                    .collect(),
+            )
         };
         self.next = idx.wrapping_add(1);
         *self.slot(idx) = Some(Slot::Sent);
         if let Body::Sges(sges) = &body {
             // Local protection is checked before the first byte goes out.
             for s in sges.iter().filter(|s| s.length > 0) {
-                let need = if wqe.opcode == op::READ { IBV_ACCESS_LOCAL_WRITE } else { NEED_NONE };
-                if qp.sh.mrs.with_mem(s.lkey, qp.pd, s.addr, s.length as usize, need, |_| ()).is_err() {
+                let need = if wqe.opcode == op::READ {
+                    IBV_ACCESS_LOCAL_WRITE
+                } else {
+                    NEED_NONE
+                };
+                if qp
+                    .sh
+                    .mrs
+                    .with_mem(s.lkey, qp.pd, s.addr, s.length as usize, need, |_| ())
+                    .is_err()
+                {
                     return Err(Fail::local(IBV_WC_LOC_PROT_ERR, "send WQE with a bad lkey"));
                 }
             }
         }
-        Ok(Some(Cur { job: Job::Sq { idx, wqe, body }, sent: 0 }))
+        Ok(Some(Cur {
+            job: Job::Sq { idx, wqe, body },
+            sent: 0,
+        }))
     }
 
     /// Frames as much of `cur` as the batch allows; true once its last FPDU is framed.
@@ -343,16 +377,25 @@ impl Tx {
                         last,
                         version: ddp::DDP_VERSION,
                         rdmap_ctrl: ctrl(rdmap::Opcode::ReadResponse),
-                        kind: ddp::Kind::Tagged { stag: r.sink_stag, to: r.sink_to.wrapping_add(cur.sent) },
+                        kind: ddp::Kind::Tagged {
+                            stag: r.sink_stag,
+                            to: r.sink_to.wrapping_add(cur.sent),
+                        },
                     };
                     let (pd, stag, to) = (qp.pd, r.src_stag, r.src_to + cur.sent);
                     self.push_fpdu(
                         &hdr,
                         &[],
                         |buf| {
-                            qp.sh.mrs.read(stag, pd, to, n, IBV_ACCESS_REMOTE_READ, buf).map_err(|_| {
-                                Fail::local(IBV_WC_WR_FLUSH_ERR, "read source deregistered while answering")
-                            })
+                            qp.sh
+                                .mrs
+                                .read(stag, pd, to, n, IBV_ACCESS_REMOTE_READ, buf)
+                                .map_err(|_| {
+                                    Fail::local(
+                                        IBV_WC_WR_FLUSH_ERR,
+                                        "read source deregistered while answering",
+                                    )
+                                })
                         },
                         n,
                     )?;
@@ -370,7 +413,11 @@ impl Tx {
                 match wqe.opcode {
                     op::SEND | op::SEND_INV | op::WRITE => self.frame_data(qp, cur, idx, &wqe),
                     op::READ => {
-                        let Job::Sq { body: Body::Sges(sges), .. } = &cur.job else {
+                        let Job::Sq {
+                            body: Body::Sges(sges),
+                            ..
+                        } = &cur.job
+                        else {
                             return Err(Fail::local(IBV_WC_LOC_QP_OP_ERR, "inline RDMA Read"));
                         };
                         let (sink_stag, sink_to) =
@@ -394,7 +441,14 @@ impl Tx {
                         let mut body = [0u8; rdmap::READ_REQUEST_LEN];
                         req.emit(&mut rdmap::ReadRequestPacket::new_unchecked(&mut body[..]));
                         let msn = self.take_msn(ddp::QN_READ_REQUEST);
-                        let hdr = untagged(rdmap::Opcode::ReadRequest, 0, ddp::QN_READ_REQUEST, msn, 0, true);
+                        let hdr = untagged(
+                            rdmap::Opcode::ReadRequest,
+                            0,
+                            ddp::QN_READ_REQUEST,
+                            msn,
+                            0,
+                            true,
+                        );
                         self.push_fpdu(&hdr, &body, |_| Ok(()), 0)?;
                         Ok(true)
                     }
@@ -410,14 +464,23 @@ impl Tx {
                         }
                         Ok(true)
                     }
-                    _ => Err(Fail::local(IBV_WC_LOC_QP_OP_ERR, "unsupported opcode on the send queue")),
+                    _ => Err(Fail::local(
+                        IBV_WC_LOC_QP_OP_ERR,
+                        "unsupported opcode on the send queue",
+                    )),
                 }
             }
         }
     }
 
     /// Send family and RDMA Write: segments of at most `mulpdu` payload bytes.
-    fn frame_data(&mut self, qp: &Qp, cur: &mut Cur, idx: u32, wqe: &SendWqe) -> Result<bool, Fail> {
+    fn frame_data(
+        &mut self,
+        qp: &Qp,
+        cur: &mut Cur,
+        idx: u32,
+        wqe: &SendWqe,
+    ) -> Result<bool, Fail> {
         let total = wqe.length as u64;
         let solicited = wqe.flags & wqe_flag::SOLICITED != 0;
         let send_op = match (wqe.opcode, solicited) {
@@ -427,23 +490,36 @@ impl Tx {
             (_, true) => rdmap::Opcode::SendSolicited,
         };
         let is_send = wqe.opcode != op::WRITE;
-        let msn = if is_send && cur.sent == 0 { self.take_msn(ddp::QN_SEND) } else { self.msn[0].wrapping_sub(1) };
+        let msn = if is_send && cur.sent == 0 {
+            self.take_msn(ddp::QN_SEND)
+        } else {
+            self.msn[0].wrapping_sub(1)
+        };
         loop {
             let n = (total - cur.sent).min(self.mulpdu as u64) as usize;
             let last = cur.sent + n as u64 == total;
             let hdr = if is_send {
-                let inv = if wqe.opcode == op::SEND_INV { wqe.imm_or_inv } else { 0 };
+                let inv = if wqe.opcode == op::SEND_INV {
+                    wqe.imm_or_inv
+                } else {
+                    0
+                };
                 untagged(send_op, inv, ddp::QN_SEND, msn, cur.sent as u32, last)
             } else {
                 ddp::HeaderRepr {
                     last,
                     version: ddp::DDP_VERSION,
                     rdmap_ctrl: ctrl(rdmap::Opcode::Write),
-                    kind: ddp::Kind::Tagged { stag: wqe.rkey, to: wqe.remote_addr.wrapping_add(cur.sent) },
+                    kind: ddp::Kind::Tagged {
+                        stag: wqe.rkey,
+                        to: wqe.remote_addr.wrapping_add(cur.sent),
+                    },
                 }
             };
             let off = cur.sent;
-            let Job::Sq { body, .. } = &cur.job else { unreachable!() };
+            let Job::Sq { body, .. } = &cur.job else {
+                unreachable!()
+            };
             self.push_fpdu(&hdr, &[], |buf| gather(qp, body, off, n, buf), n)?;
             cur.sent += n as u64;
             if last {
@@ -521,7 +597,12 @@ fn gather(qp: &Qp, body: &Body, mut off: u64, mut n: usize, out: &mut Vec<u8>) -
                 qp.sh
                     .mrs
                     .read(s.lkey, qp.pd, s.addr + off, take, NEED_NONE, out)
-                    .map_err(|_| Fail::local(IBV_WC_LOC_PROT_ERR, "send buffer deregistered while in flight"))?;
+                    .map_err(|_| {
+                        Fail::local(
+                            IBV_WC_LOC_PROT_ERR,
+                            "send buffer deregistered while in flight",
+                        )
+                    })?;
                 off = 0;
                 n -= take;
             }
@@ -531,15 +612,31 @@ fn gather(qp: &Qp, body: &Body, mut off: u64, mut n: usize, out: &mut Vec<u8>) -
 }
 
 fn ctrl(op: rdmap::Opcode) -> u8 {
-    rdmap::Ctrl { version: rdmap::RDMAP_VERSION, opcode: op as u8 }.to_byte()
+    rdmap::Ctrl {
+        version: rdmap::RDMAP_VERSION,
+        opcode: op as u8,
+    }
+    .to_byte()
 }
 
-fn untagged(op: rdmap::Opcode, ulp_word: u32, qn: u32, msn: u32, mo: u32, last: bool) -> ddp::HeaderRepr {
+fn untagged(
+    op: rdmap::Opcode,
+    ulp_word: u32,
+    qn: u32,
+    msn: u32,
+    mo: u32,
+    last: bool,
+) -> ddp::HeaderRepr {
     ddp::HeaderRepr {
         last,
         version: ddp::DDP_VERSION,
         rdmap_ctrl: ctrl(op),
-        kind: ddp::Kind::Untagged { ulp_word, qn, msn, mo },
+        kind: ddp::Kind::Untagged {
+            ulp_word,
+            qn,
+            msn,
+            mo,
+        },
     }
 }
 

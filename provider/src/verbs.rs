@@ -100,8 +100,14 @@ struct Batch {
 
 impl Batch {
     fn seal(&mut self, q: &Qp, sges: Vec<Sge>, inline: bool) {
-        let Some((wqe, flags)) = self.pending.take() else { return };
-        let flags = if inline { flags | IBV_SEND_INLINE } else { flags & !IBV_SEND_INLINE };
+        let Some((wqe, flags)) = self.pending.take() else {
+            return;
+        };
+        let flags = if inline {
+            flags | IBV_SEND_INLINE
+        } else {
+            flags & !IBV_SEND_INLINE
+        };
         if !inline && sges.len() > q.caps.max_send_sge as usize {
             self.err = libc::EINVAL;
             return;
@@ -119,7 +125,8 @@ unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
     // SAFETY: `ibv_context` is the last member of `verbs_context`, which is the first
     // member of `XiwContext`; `sh` is set before the context is handed out.
     unsafe {
-        let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
+        let vctx =
+            (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
         &*(*vctx).sh
     }
 }
@@ -203,7 +210,11 @@ pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
     a
 }
 
-pub unsafe extern "C" fn query_port(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32 {
+pub unsafe extern "C" fn query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> i32 {
     guard(libc::EIO, || {
         if ctx.is_null() || attr.is_null() || port != 1 {
             return libc::EINVAL;
@@ -250,7 +261,13 @@ pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
         // SAFETY: ctx is ours.
         let sh = unsafe { shared(ctx) };
         let id = sh.next_id();
-        let pd = Box::new(XiwPd { ibv: ibv_pd { context: ctx, handle: id }, id });
+        let pd = Box::new(XiwPd {
+            ibv: ibv_pd {
+                context: ctx,
+                handle: id,
+            },
+            id,
+        });
         Box::into_raw(pd) as *mut ibv_pd
     })
 }
@@ -263,7 +280,12 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
         // SAFETY: pd is ours.
         let (p, sh) = unsafe { (pd_of(pd), shared((*pd).context)) };
         let id = p.id;
-        if sh.mrs.count_for_pd(id) > 0 || sh.qps_using(|q| q.pd == id) {
+        let (mrs, qps) = (sh.mrs.count_for_pd(id), sh.qps_using(|q| q.pd == id));
+        if mrs > 0 || qps {
+            crate::log::debug(
+                sh,
+                format_args!("dealloc_pd: still in use ({mrs} MRs, QPs: {qps})"),
+            );
             return libc::EBUSY;
         }
         // SAFETY: allocated by alloc_pd with Box; the application hands it back once.
@@ -272,7 +294,13 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
     })
 }
 
-pub unsafe extern "C" fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: i32) -> *mut ibv_mr {
+pub unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: i32,
+) -> *mut ibv_mr {
     guard(ptr::null_mut(), || {
         if pd.is_null() {
             return null_err(libc::EINVAL);
@@ -285,7 +313,10 @@ pub unsafe extern "C" fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, 
         // Bits from IBV_ACCESS_OPTIONAL_FIRST up may be ignored by a provider.
         let access = access & (IBV_ACCESS_OPTIONAL_FIRST - 1);
         if access & !mem::SUPPORTED_ACCESS != 0 {
-            crate::log::debug(sh, format_args!("reg_mr: unsupported access flags {access:#x}"));
+            crate::log::debug(
+                sh,
+                format_args!("reg_mr: unsupported access flags {access:#x}"),
+            );
             return null_err(libc::EOPNOTSUPP);
         }
         let wants_write = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
@@ -297,7 +328,10 @@ pub unsafe extern "C" fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, 
         }
         let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
         if len > 0 && !mapped(addr as u64, len as u64, writable) {
-            crate::log::debug(sh, format_args!("reg_mr: {addr:p}+{len} is not mapped with the needed protection"));
+            crate::log::debug(
+                sh,
+                format_args!("reg_mr: {addr:p}+{len} is not mapped with the needed protection"),
+            );
             return null_err(libc::EFAULT);
         }
         let stag = sh.mrs.register(p.id, addr as u64, len as u64, iova, access);
@@ -323,7 +357,9 @@ pub unsafe extern "C" fn reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, 
 /// True if `[addr, addr+len)` is mapped readable (and writable if asked), as
 /// pinning would find it; later accesses rely on this.
 fn mapped(addr: u64, len: u64, writable: bool) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return true };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return true;
+    };
     let mut need = addr;
     let end = addr + len;
     let mut ranges: Vec<(u64, u64, bool, bool)> = maps
@@ -375,18 +411,27 @@ pub unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
 
 // ---- completion queues ------------------------------------------------------
 
-fn new_cq(ctx: *mut ibv_context, cqe: i32, channel: *mut ibv_comp_channel, wc_flags: u64) -> Result<*mut XiwCq, i32> {
+fn new_cq(
+    ctx: *mut ibv_context,
+    cqe: i32,
+    channel: *mut ibv_comp_channel,
+    wc_flags: u64,
+) -> Result<*mut XiwCq, i32> {
     // SAFETY: ctx is ours.
     let sh = unsafe { shared(ctx) };
     if !channel.is_null() {
-        crate::log::warn(sh, format_args!("completion channels need the xiw kernel module"));
+        crate::log::warn(
+            sh,
+            format_args!("completion channels need the xiw kernel module"),
+        );
         return Err(libc::EOPNOTSUPP);
     }
     if cqe <= 0 || cqe as u32 > MAX_CQE {
         return Err(libc::EINVAL);
     }
     let id = sh.next_id();
-    let cq = Arc::new(Cq::new(id, cqe as u32).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?);
+    let cq =
+        Arc::new(Cq::new(id, cqe as u32).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?);
     // SAFETY: ibv_cq_ex is plain data (pointers, integers, pthread objects, function
     // pointers); all-zero is a valid starting value.
     let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
@@ -394,7 +439,9 @@ fn new_cq(ctx: *mut ibv_context, cqe: i32, channel: *mut ibv_comp_channel, wc_fl
     ex.handle = id;
     ex.cqe = cq.capacity() as i32;
     let b = Box::new(XiwCq {
-        vcq: verbs_cq { cq_ex: ManuallyDrop::new(ex) },
+        vcq: verbs_cq {
+            cq_ex: ManuallyDrop::new(ex),
+        },
         cq,
         cur: UnsafeCell::new(None),
         wc_flags,
@@ -424,7 +471,10 @@ const CQ_EX_FLAGS: u64 = (IBV_WC_EX_WITH_BYTE_LEN
     | IBV_WC_EX_WITH_SL
     | IBV_WC_EX_WITH_DLID_PATH_BITS) as u64;
 
-pub unsafe extern "C" fn create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex {
+pub unsafe extern "C" fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
     guard(ptr::null_mut(), || {
         if attr.is_null() {
             return null_err(libc::EINVAL);
@@ -515,7 +565,11 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: i32) -> i32 {
         }
         // SAFETY: cq is ours.
         let c = unsafe { cq_of(cq) };
-        let arm = if solicited != 0 { xiw_abi::ring::CQ_ARM_SOLICITED } else { xiw_abi::ring::CQ_ARM_NEXT };
+        let arm = if solicited != 0 {
+            xiw_abi::ring::CQ_ARM_SOLICITED
+        } else {
+            xiw_abi::ring::CQ_ARM_NEXT
+        };
         c.cq.ring.header().arm.store(arm, Ordering::Release);
         0
     })
@@ -621,7 +675,12 @@ unsafe extern "C" fn cq_read_zero_u8(_cq: *mut ibv_cq_ex) -> u8 {
 
 // ---- shared receive queues ----------------------------------------------------
 
-fn new_srq(ctx: *mut ibv_context, pd: *mut ibv_pd, attr: &mut ibv_srq_attr, srq_context: *mut c_void) -> Result<*mut ibv_srq, i32> {
+fn new_srq(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    attr: &mut ibv_srq_attr,
+    srq_context: *mut c_void,
+) -> Result<*mut ibv_srq, i32> {
     if pd.is_null() {
         return Err(libc::EINVAL);
     }
@@ -631,7 +690,8 @@ fn new_srq(ctx: *mut ibv_context, pd: *mut ibv_pd, attr: &mut ibv_srq_attr, srq_
         return Err(libc::EINVAL);
     }
     let id = sh.next_id();
-    let srq = Arc::new(Srq::new(id, p.id, attr.max_wr, attr.max_sge.max(1)).map_err(|_| libc::ENOMEM)?);
+    let srq =
+        Arc::new(Srq::new(id, p.id, attr.max_wr, attr.max_sge.max(1)).map_err(|_| libc::ENOMEM)?);
     srq.limit.store(attr.srq_limit, Ordering::Release);
     attr.max_wr = srq.capacity();
     attr.max_sge = srq.max_sge;
@@ -645,8 +705,14 @@ fn new_srq(ctx: *mut ibv_context, pd: *mut ibv_pd, attr: &mut ibv_srq_attr, srq_
     let b = Box::into_raw(Box::new(XiwSrq { vsrq: v, srq }));
     // SAFETY: b is fresh; the pthread objects are initialised in place before use.
     unsafe {
-        libc::pthread_mutex_init(&mut (*b).vsrq.srq.mutex as *mut _ as *mut libc::pthread_mutex_t, ptr::null());
-        libc::pthread_cond_init(&mut (*b).vsrq.srq.cond as *mut _ as *mut libc::pthread_cond_t, ptr::null());
+        libc::pthread_mutex_init(
+            &mut (*b).vsrq.srq.mutex as *mut _ as *mut libc::pthread_mutex_t,
+            ptr::null(),
+        );
+        libc::pthread_cond_init(
+            &mut (*b).vsrq.srq.cond as *mut _ as *mut libc::pthread_cond_t,
+            ptr::null(),
+        );
     }
     sh.set_handle(id, b as usize);
     Ok(b as *mut ibv_srq)
@@ -666,7 +732,10 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
     })
 }
 
-pub unsafe extern "C" fn create_srq_ex(ctx: *mut ibv_context, attr: *mut ibv_srq_init_attr_ex) -> *mut ibv_srq {
+pub unsafe extern "C" fn create_srq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
     guard(ptr::null_mut(), || {
         if attr.is_null() {
             return null_err(libc::EINVAL);
@@ -744,7 +813,11 @@ pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
     })
 }
 
-pub unsafe extern "C" fn post_srq_recv(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> i32 {
     guard(libc::EIO, || {
         if srq.is_null() {
             return libc::EINVAL;
@@ -779,10 +852,18 @@ unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (Vec<RecvJob>, Vec<*mut ibv_rec
             // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
             unsafe { std::slice::from_raw_parts(w.sg_list, n) }
                 .iter()
-                .map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey })
+                .map(|s| Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                })
                 .collect()
         };
-        jobs.push(RecvJob { wr_id: w.wr_id, length: sges.iter().map(|s| s.length as u64).sum(), sges });
+        jobs.push(RecvJob {
+            wr_id: w.wr_id,
+            length: sges.iter().map(|s| s.length as u64).sum(),
+            sges,
+        });
         wrs.push(wr);
         wr = w.next;
     }
@@ -801,7 +882,10 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
     // SAFETY: ctx is ours.
     let sh_ref = unsafe { shared(ctx) };
     if a.qp_type != IBV_QPT_RC {
-        crate::log::debug(sh_ref, format_args!("create_qp: only RC queue pairs exist on iWARP"));
+        crate::log::debug(
+            sh_ref,
+            format_args!("create_qp: only RC queue pairs exist on iWARP"),
+        );
         return Err(libc::EOPNOTSUPP);
     }
     let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
@@ -836,15 +920,24 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
     let max_inline = (stride - size_of::<SendWqe>() as u32).min(qp::MAX_INLINE);
     let caps = Caps {
         max_send_wr: c.max_send_wr.max(1),
-        max_recv_wr: if srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
+        max_recv_wr: if srq.is_some() {
+            0
+        } else {
+            c.max_recv_wr.max(1)
+        },
         max_send_sge,
-        max_recv_sge: if srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
+        max_recv_sge: if srq.is_some() {
+            0
+        } else {
+            c.max_recv_sge.max(1)
+        },
         max_inline,
     };
     let sh = {
         // SAFETY: the context outlives its QPs; we only need a counted handle.
         let raw = unsafe {
-            let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
+            let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context))
+                as *mut XiwContext;
             (*vctx).sh
         };
         // SAFETY: `sh` came from Arc::into_raw in alloc_context and is still alive.
@@ -853,8 +946,16 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
             Arc::from_raw(raw)
         }
     };
-    let q = Qp::new(sh.clone(), p.id, scq.cq.clone(), rcq.cq.clone(), srq, caps, a.sq_sig_all != 0)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+    let q = Qp::new(
+        sh.clone(),
+        p.id,
+        scq.cq.clone(),
+        rcq.cq.clone(),
+        srq,
+        caps,
+        a.sq_sig_all != 0,
+    )
+    .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
     c.max_send_wr = q.sq.entries.min(qp::MAX_QP_WR);
     c.max_recv_wr = q.rq.as_ref().map(|r| r.entries).unwrap_or(0);
     c.max_send_sge = caps.max_send_sge;
@@ -892,12 +993,22 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
         ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     }
     v.comp_mask = VERBS_QP_EX;
-    let b = Box::into_raw(Box::new(XiwQp { vqp: v, qp: q.clone(), batch: Mutex::new(Batch::default()) }));
+    let b = Box::into_raw(Box::new(XiwQp {
+        vqp: v,
+        qp: q.clone(),
+        batch: Mutex::new(Batch::default()),
+    }));
     // SAFETY: b is fresh; its pthread objects are initialised before anyone uses them.
     unsafe {
         let base = &mut (*(*b).vqp.u.qp_ex).qp_base;
-        libc::pthread_mutex_init(&mut base.mutex as *mut _ as *mut libc::pthread_mutex_t, ptr::null());
-        libc::pthread_cond_init(&mut base.cond as *mut _ as *mut libc::pthread_cond_t, ptr::null());
+        libc::pthread_mutex_init(
+            &mut base.mutex as *mut _ as *mut libc::pthread_mutex_t,
+            ptr::null(),
+        );
+        libc::pthread_cond_init(
+            &mut base.cond as *mut _ as *mut libc::pthread_cond_t,
+            ptr::null(),
+        );
     }
     q.handle.store(b as usize, Ordering::Release);
     if let Err(e) = sh.register_qp(q) {
@@ -938,7 +1049,10 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
     })
 }
 
-pub unsafe extern "C" fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+pub unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
     guard(ptr::null_mut(), || {
         if attr.is_null() {
             return null_err(libc::EINVAL);
@@ -963,6 +1077,12 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         q.handle.store(0, Ordering::Release);
         q.lock_cm().close(sh);
         sh.unregister_qp(q.qpn);
+        // The progress thread may be finishing an event for this QP; its CQs, SRQ
+        // and PD are busy until it lets go, so wait for that (it never blocks long).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while Arc::strong_count(q) > 1 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
         // SAFETY: allocated by new_qp with Box; handed back once.
         drop(unsafe { Box::from_raw(qp as *mut XiwQp) });
         0
@@ -987,7 +1107,12 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
     })
 }
 
-pub unsafe extern "C" fn query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, _mask: i32, init: *mut ibv_qp_init_attr) -> i32 {
+pub unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: i32,
+    init: *mut ibv_qp_init_attr,
+) -> i32 {
     guard(libc::EIO, || {
         if qp.is_null() || attr.is_null() || init.is_null() {
             return libc::EINVAL;
@@ -1056,7 +1181,10 @@ unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> 
         // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
         unsafe { std::slice::from_raw_parts(w.sg_list, n) }
     };
-    let mut wqe = SendWqe { wr_id: w.wr_id, ..Default::default() };
+    let mut wqe = SendWqe {
+        wr_id: w.wr_id,
+        ..Default::default()
+    };
     // SAFETY: reading the union member that matches the opcode.
     unsafe {
         match w.opcode {
@@ -1082,11 +1210,27 @@ unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> 
             _ => return Err(libc::EINVAL),
         }
     }
-    finish_wqe(q, wqe, w.send_flags, sges.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey }).collect())
+    finish_wqe(
+        q,
+        wqe,
+        w.send_flags,
+        sges.iter()
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect(),
+    )
 }
 
 /// Applies send flags and builds the body (inline bytes are copied now).
-fn finish_wqe(q: &Qp, mut wqe: SendWqe, flags: u32, sges: Vec<Sge>) -> Result<(SendWqe, SendBody), i32> {
+fn finish_wqe(
+    q: &Qp,
+    mut wqe: SendWqe,
+    flags: u32,
+    sges: Vec<Sge>,
+) -> Result<(SendWqe, SendBody), i32> {
     let total: u64 = sges.iter().map(|s| s.length as u64).sum();
     if total > MAX_MSG_SZ as u64 {
         return Err(libc::EINVAL);
@@ -1109,7 +1253,9 @@ fn finish_wqe(q: &Qp, mut wqe: SendWqe, flags: u32, sges: Vec<Sge>) -> Result<(S
         for s in &sges {
             // SAFETY: inline data is read from the caller's buffers now, as the
             // verbs contract says; no lkey applies.
-            bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) });
+            bytes.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+            });
         }
         wqe.flags |= wqe_flag::INLINE;
         return Ok((wqe, SendBody::Inline(bytes)));
@@ -1118,7 +1264,11 @@ fn finish_wqe(q: &Qp, mut wqe: SendWqe, flags: u32, sges: Vec<Sge>) -> Result<(S
     Ok((wqe, SendBody::Sges(sges)))
 }
 
-pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32 {
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> i32 {
     guard(libc::EIO, || {
         if qp.is_null() {
             return libc::EINVAL;
@@ -1137,6 +1287,10 @@ pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *
         match x.qp.post_send(&mut it) {
             Ok(()) => 0,
             Err((i, e)) => {
+                crate::log::debug(
+                    &x.qp.sh,
+                    format_args!("qp {}: post_send refused WR {i}: errno {e}", x.qp.qpn),
+                );
                 if !bad.is_null() {
                     // SAFETY: caller's out pointer.
                     unsafe { *bad = wrs.get(i).copied().unwrap_or(wr) };
@@ -1147,7 +1301,11 @@ pub unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *
     })
 }
 
-pub unsafe extern "C" fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> i32 {
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> i32 {
     guard(libc::EIO, || {
         if qp.is_null() {
             return libc::EINVAL;
@@ -1191,7 +1349,11 @@ fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
     let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
     with_batch(q, |x, b| {
         b.seal(&x.qp, Vec::new(), false);
-        let mut wqe = SendWqe { wr_id, opcode, ..Default::default() };
+        let mut wqe = SendWqe {
+            wr_id,
+            opcode,
+            ..Default::default()
+        };
         set(&mut wqe);
         b.pending = Some((wqe, flags));
     })
@@ -1213,7 +1375,13 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
         let mut it = batch.items.into_iter().map(Ok);
         match x.qp.post_send(&mut it) {
             Ok(()) => 0,
-            Err((_, e)) => e,
+            Err((i, e)) => {
+                crate::log::debug(
+                    &x.qp.sh,
+                    format_args!("qp {}: wr_complete refused WR {i}: errno {e}", x.qp.qpn),
+                );
+                e
+            }
         }
     })
 }
@@ -1269,24 +1437,44 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const i
         // SAFETY: the caller passes `n` SGEs at `list`.
         unsafe { std::slice::from_raw_parts(list, n) }
             .iter()
-            .map(|s| Sge { addr: s.addr, length: s.length, lkey: s.lkey })
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
             .collect()
     };
     set_payload(q, sges, false)
 }
 
 unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    set_payload(q, vec![Sge { addr: addr as u64, length: length as u32, lkey: 0 }], true)
+    set_payload(
+        q,
+        vec![Sge {
+            addr: addr as u64,
+            length: length as u32,
+            lkey: 0,
+        }],
+        true,
+    )
 }
 
-unsafe extern "C" fn wr_set_inline_data_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_data_buf) {
+unsafe extern "C" fn wr_set_inline_data_list(
+    q: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
     let sges = if n == 0 || list.is_null() {
         Vec::new()
     } else {
         // SAFETY: the caller passes `n` buffers at `list`.
         unsafe { std::slice::from_raw_parts(list, n) }
             .iter()
-            .map(|d| Sge { addr: d.addr as u64, length: d.length as u32, lkey: 0 })
+            .map(|d| Sge {
+                addr: d.addr as u64,
+                length: d.length as u32,
+                lkey: 0,
+            })
             .collect()
     };
     set_payload(q, sges, true)
@@ -1324,4 +1512,3 @@ pub fn ops() -> verbs_context_ops {
         ..verbs_context_ops::EMPTY
     }
 }
-

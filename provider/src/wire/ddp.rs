@@ -304,13 +304,15 @@ impl HeaderRepr {
     ///
     /// The version is checked before the length: a segment of another DDP
     /// version may not have this layout at all, and RFC 5041 section 7.2
-    /// wants a distinct Terminate for it ([`Error::BadDdpVersion`]).
+    /// wants its own Terminate for it. `BadVersion` is returned only for
+    /// that, with at least the first octet present, so [`is_tagged`] tells
+    /// which of the two version error codes applies.
     pub fn parse(ulpdu: &[u8]) -> Result<(HeaderRepr, usize)> {
         let ctrl = *ulpdu.first().ok_or(Error::Truncated)?;
         let tagged = ctrl & FLAG_TAGGED != 0;
         let version = ctrl & MASK_DV;
         if version != DDP_VERSION {
-            return Err(Error::BadDdpVersion { tagged });
+            return Err(Error::BadVersion);
         }
         let repr = if tagged {
             let p = TaggedPacket::new_checked(ulpdu)?;
@@ -461,15 +463,11 @@ mod tests {
         );
         let mut w = WRITE;
         w[0] = 0xc2; // DV = 2
-        assert_eq!(
-            HeaderRepr::parse(&w).unwrap_err(),
-            Error::BadDdpVersion { tagged: true }
-        );
+        assert_eq!(HeaderRepr::parse(&w).unwrap_err(), Error::BadVersion);
+        assert_eq!(is_tagged(&w), Some(true));
         // Version is judged before length.
-        assert_eq!(
-            HeaderRepr::parse(&[0x00]).unwrap_err(),
-            Error::BadDdpVersion { tagged: false }
-        );
+        assert_eq!(HeaderRepr::parse(&[0x00]).unwrap_err(), Error::BadVersion);
+        assert_eq!(is_tagged(&[0x00]), Some(false));
         // Reserved bits are ignored.
         let mut s = SEND_INV;
         s[0] |= 0x3c;

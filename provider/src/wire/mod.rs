@@ -32,14 +32,12 @@ pub enum Error {
     /// Fewer bytes than the header (or the length it announces) needs.
     #[error("truncated")]
     Truncated,
-    /// An MPA revision or RDMAP version this implementation does not speak.
+    /// An MPA revision, DDP version or RDMAP version this implementation
+    /// does not speak. From [`ddp::HeaderRepr::parse`] it always means the
+    /// DDP version, whose Terminate code depends on the buffer model
+    /// ([`ddp::is_tagged`], [`terminate::Cause::ddp_bad_version`]).
     #[error("unsupported protocol version or revision")]
     BadVersion,
-    /// The DDP version is not 1 (RFC 5041 section 7.2). Kept apart from
-    /// `BadVersion` because the Terminate code depends on the buffer model:
-    /// tagged buffer error 0x04 or untagged buffer error 0x06.
-    #[error("unsupported DDP version ({} segment)", if *tagged { "tagged" } else { "untagged" })]
-    BadDdpVersion { tagged: bool },
     /// A length field is out of range or disagrees with the buffer.
     #[error("bad length")]
     BadLength,
