@@ -187,7 +187,7 @@ unsafe extern "C" fn alloc_context(
     .unwrap_or(ptr::null_mut())
 }
 
-pub unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
+pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: ibv_context sits at a fixed offset inside our XiwContext.
         let ctx = unsafe {

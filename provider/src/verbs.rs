@@ -153,7 +153,7 @@ unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a XiwSrq {
 
 // ---- device and port ------------------------------------------------------
 
-pub unsafe extern "C" fn query_device_ex(
+unsafe extern "C" fn query_device_ex(
     ctx: *mut ibv_context,
     _input: *const ibv_query_device_ex_input,
     attr: *mut ibv_device_attr_ex,
@@ -210,7 +210,7 @@ pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
     a
 }
 
-pub unsafe extern "C" fn query_port(
+unsafe extern "C" fn query_port(
     ctx: *mut ibv_context,
     port: u8,
     attr: *mut ibv_port_attr,
@@ -249,11 +249,11 @@ fn link_up(netdev: &str) -> bool {
     }
 }
 
-pub unsafe extern "C" fn async_event(_ctx: *mut ibv_context, _ev: *mut ibv_async_event) {}
+unsafe extern "C" fn async_event(_ctx: *mut ibv_context, _ev: *mut ibv_async_event) {}
 
 // ---- protection domains and memory ---------------------------------------
 
-pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     guard(ptr::null_mut(), || {
         if ctx.is_null() {
             return null_err(libc::EINVAL);
@@ -272,7 +272,7 @@ pub unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     })
 }
 
-pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
+unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
     guard(libc::EIO, || {
         if pd.is_null() {
             return libc::EINVAL;
@@ -294,7 +294,7 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
     })
 }
 
-pub unsafe extern "C" fn reg_mr(
+unsafe extern "C" fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
     len: usize,
@@ -393,7 +393,7 @@ fn mapped(addr: u64, len: u64, writable: bool) -> bool {
     false
 }
 
-pub unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
+unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
     guard(libc::EIO, || {
         if vmr.is_null() {
             return libc::EINVAL;
@@ -451,7 +451,7 @@ fn new_cq(
     Ok(p)
 }
 
-pub unsafe extern "C" fn create_cq(
+unsafe extern "C" fn create_cq(
     ctx: *mut ibv_context,
     cqe: i32,
     channel: *mut ibv_comp_channel,
@@ -471,7 +471,7 @@ const CQ_EX_FLAGS: u64 = (IBV_WC_EX_WITH_BYTE_LEN
     | IBV_WC_EX_WITH_SL
     | IBV_WC_EX_WITH_DLID_PATH_BITS) as u64;
 
-pub unsafe extern "C" fn create_cq_ex(
+unsafe extern "C" fn create_cq_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
@@ -484,7 +484,7 @@ pub unsafe extern "C" fn create_cq_ex(
         if a.wc_flags & !CQ_EX_FLAGS != 0 {
             return null_err(libc::EOPNOTSUPP);
         }
-        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS as u32) != 0 {
+        if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
             return null_err(libc::EOPNOTSUPP);
         }
         match new_cq(ctx, a.cqe as i32, a.channel, a.wc_flags) {
@@ -511,7 +511,7 @@ pub unsafe extern "C" fn create_cq_ex(
     })
 }
 
-pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
+unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
     guard(libc::EIO, || {
         if cq.is_null() {
             return libc::EINVAL;
@@ -544,7 +544,7 @@ fn fill_wc(wc: &mut ibv_wc, c: &Cqe) {
     wc.dlid_path_bits = 0;
 }
 
-pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc) -> i32 {
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc) -> i32 {
     guard(-1, || {
         if cq.is_null() || n < 0 || (wc.is_null() && n > 0) {
             return -1;
@@ -558,7 +558,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc) -> i3
     })
 }
 
-pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: i32) -> i32 {
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: i32) -> i32 {
     guard(libc::EIO, || {
         if cq.is_null() {
             return libc::EINVAL;
@@ -718,7 +718,7 @@ fn new_srq(
     Ok(b as *mut ibv_srq)
 }
 
-pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
+unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard(ptr::null_mut(), || {
         if pd.is_null() || attr.is_null() {
             return null_err(libc::EINVAL);
@@ -732,7 +732,7 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_att
     })
 }
 
-pub unsafe extern "C" fn create_srq_ex(
+unsafe extern "C" fn create_srq_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
@@ -756,7 +756,7 @@ pub unsafe extern "C" fn create_srq_ex(
     })
 }
 
-pub unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: i32) -> i32 {
+unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: i32) -> i32 {
     guard(libc::EIO, || {
         if srq.is_null() || attr.is_null() {
             return libc::EINVAL;
@@ -777,7 +777,7 @@ pub unsafe extern "C" fn modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, 
     })
 }
 
-pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> i32 {
+unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> i32 {
     guard(libc::EIO, || {
         if srq.is_null() || attr.is_null() {
             return libc::EINVAL;
@@ -796,7 +796,7 @@ pub unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -
     })
 }
 
-pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
+unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
     guard(libc::EIO, || {
         if srq.is_null() {
             return libc::EINVAL;
@@ -813,7 +813,7 @@ pub unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
     })
 }
 
-pub unsafe extern "C" fn post_srq_recv(
+unsafe extern "C" fn post_srq_recv(
     srq: *mut ibv_srq,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
@@ -1019,7 +1019,7 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
     Ok(b as *mut ibv_qp)
 }
 
-pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard(ptr::null_mut(), || {
         if pd.is_null() || attr.is_null() {
             return null_err(libc::EINVAL);
@@ -1049,7 +1049,7 @@ pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr)
     })
 }
 
-pub unsafe extern "C" fn create_qp_ex(
+unsafe extern "C" fn create_qp_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
@@ -1065,7 +1065,7 @@ pub unsafe extern "C" fn create_qp_ex(
     })
 }
 
-pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
+unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
     guard(libc::EIO, || {
         if qp.is_null() {
             return libc::EINVAL;
@@ -1089,7 +1089,7 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
     })
 }
 
-pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
+unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: i32) -> i32 {
     guard(libc::EIO, || {
         if qp.is_null() || attr.is_null() {
             return libc::EINVAL;
@@ -1107,7 +1107,7 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
     })
 }
 
-pub unsafe extern "C" fn query_qp(
+unsafe extern "C" fn query_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
     _mask: i32,
@@ -1264,7 +1264,7 @@ fn finish_wqe(
     Ok((wqe, SendBody::Sges(sges)))
 }
 
-pub unsafe extern "C" fn post_send(
+unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
@@ -1301,7 +1301,7 @@ pub unsafe extern "C" fn post_send(
     })
 }
 
-pub unsafe extern "C" fn post_recv(
+unsafe extern "C" fn post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
