@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * xiw shared queue layout: the C twin of abi/src/ring.rs.
+ *
+ * One ring per mapping: struct xiw_ring_header, then `entries` slots of
+ * `stride` bytes. Indices are free-running 32-bit counters; slot = index &
+ * (entries - 1). The producer fills a slot, then stores `producer` with
+ * release semantics; the consumer loads `producer` with acquire semantics,
+ * reads the slot, then stores `consumer` with release semantics.
+ *
+ * abi/tests/c_header.rs compiles this file and checks every offset, size and
+ * constant against the Rust definitions.
+ */
+#ifndef XIW_ABI_H
+#define XIW_ABI_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+#else
+#include <stdint.h>
+typedef uint8_t __u8;
+typedef uint32_t __u32;
+typedef uint64_t __u64;
+#endif
+
+#define XIW_RING_MAGIC		0x78697752u	/* "xiwR" */
+#define XIW_RING_VERSION	1u
+
+#define XIW_RING_KIND_SQ	1u
+#define XIW_RING_KIND_RQ	2u
+#define XIW_RING_KIND_SRQ	3u
+#define XIW_RING_KIND_CQ	4u
+
+#define XIW_RING_SLOTS_OFFSET	256u
+
+#define XIW_RING_F_NEED_DOORBELL	(1u << 0)
+#define XIW_RING_F_ERROR		(1u << 1)
+
+#define XIW_CQ_ARM_NONE		0u
+#define XIW_CQ_ARM_NEXT		1u
+#define XIW_CQ_ARM_SOLICITED	2u
+
+#define XIW_OP_SEND			0
+#define XIW_OP_SEND_INV			1
+#define XIW_OP_SEND_IMM			2
+#define XIW_OP_WRITE			3
+#define XIW_OP_WRITE_IMM		4
+#define XIW_OP_READ			5
+#define XIW_OP_ATOMIC_CMP_SWP		6
+#define XIW_OP_ATOMIC_FETCH_ADD		7
+#define XIW_OP_LOCAL_INV		8
+#define XIW_OP_ATOMIC_WRITE		9
+#define XIW_OP_FLUSH			10
+#define XIW_OP_VERIFY			11
+#define XIW_OP_ATOMIC_MASKED_CMP_SWP	12
+#define XIW_OP_ATOMIC_MASKED_FETCH_ADD	13
+#define XIW_OP_ATOMIC_SWAP		14
+
+#define XIW_WQE_SIGNALED	(1u << 0)
+#define XIW_WQE_SOLICITED	(1u << 1)
+#define XIW_WQE_FENCE		(1u << 2)
+#define XIW_WQE_INLINE		(1u << 3)
+
+struct xiw_cache_line_u32 {
+	__u32 value;
+	__u32 pad[15];
+} __attribute__((aligned(64)));
+
+struct xiw_ring_header {
+	__u32 magic;
+	__u32 version;
+	__u32 kind;
+	__u32 entries;
+	__u32 stride;
+	__u32 owner_id;
+	__u32 reserved[10];
+	struct xiw_cache_line_u32 producer;
+	struct xiw_cache_line_u32 consumer;
+	__u32 flags;
+	__u32 arm;
+	__u32 arm_seq;
+	__u32 doorbell;
+	__u32 reserved2[12];
+};
+
+struct xiw_sge {
+	__u64 addr;
+	__u32 length;
+	__u32 lkey;
+};
+
+struct xiw_send_wqe {
+	__u64 wr_id;
+	__u8 opcode;
+	__u8 flags;
+	__u8 num_sge;
+	__u8 op_flags;
+	__u32 imm_or_inv;
+	__u64 remote_addr;
+	__u32 rkey;
+	__u32 length;
+	__u64 operand0;
+	__u64 operand1;
+	__u64 mask0;
+	__u64 mask1;
+};
+
+struct xiw_recv_wqe {
+	__u64 wr_id;
+	__u32 num_sge;
+	__u32 length;
+};
+
+struct xiw_cqe {
+	__u64 wr_id;
+	__u32 byte_len;
+	__u32 imm_or_inv;
+	__u32 qp_num;
+	__u32 vendor_err;
+	__u8 opcode;
+	__u8 status;
+	__u8 wc_flags;
+	__u8 reserved[5];
+};
+
+_Static_assert(sizeof(struct xiw_ring_header) == XIW_RING_SLOTS_OFFSET, "ring header size");
+_Static_assert(sizeof(struct xiw_send_wqe) == 64, "send WQE header size");
+_Static_assert(sizeof(struct xiw_recv_wqe) == 16, "receive WQE header size");
+_Static_assert(sizeof(struct xiw_sge) == 16, "SGE size");
+_Static_assert(sizeof(struct xiw_cqe) == 32, "CQE size");
+
+#endif /* XIW_ABI_H */

@@ -1,0 +1,135 @@
+//! Keeps include/xiw_abi.h in step with src/ring.rs: compiles a C program that
+//! prints every size, offset and constant of the header, and compares them with
+//! the Rust definitions.
+
+use std::mem::{offset_of, size_of};
+use std::process::Command;
+
+use xiw_abi::ring::*;
+
+macro_rules! fields {
+    ($($cty:literal, $cfield:literal, $rust:expr;)*) => {
+        vec![$((format!("offsetof({}, {})", $cty, $cfield), $rust as u64)),*]
+    };
+}
+
+#[test]
+fn c_header_matches_rust_layout() {
+    let mut checks: Vec<(String, u64)> = fields! {
+        "struct xiw_ring_header", "magic", offset_of!(RingHeader, magic);
+        "struct xiw_ring_header", "version", offset_of!(RingHeader, version);
+        "struct xiw_ring_header", "kind", offset_of!(RingHeader, kind);
+        "struct xiw_ring_header", "entries", offset_of!(RingHeader, entries);
+        "struct xiw_ring_header", "stride", offset_of!(RingHeader, stride);
+        "struct xiw_ring_header", "owner_id", offset_of!(RingHeader, owner_id);
+        "struct xiw_ring_header", "producer", offset_of!(RingHeader, producer);
+        "struct xiw_ring_header", "consumer", offset_of!(RingHeader, consumer);
+        "struct xiw_ring_header", "flags", offset_of!(RingHeader, flags);
+        "struct xiw_ring_header", "arm", offset_of!(RingHeader, arm);
+        "struct xiw_ring_header", "arm_seq", offset_of!(RingHeader, arm_seq);
+        "struct xiw_ring_header", "doorbell", offset_of!(RingHeader, doorbell);
+        "struct xiw_sge", "addr", offset_of!(Sge, addr);
+        "struct xiw_sge", "length", offset_of!(Sge, length);
+        "struct xiw_sge", "lkey", offset_of!(Sge, lkey);
+        "struct xiw_send_wqe", "wr_id", offset_of!(SendWqe, wr_id);
+        "struct xiw_send_wqe", "opcode", offset_of!(SendWqe, opcode);
+        "struct xiw_send_wqe", "flags", offset_of!(SendWqe, flags);
+        "struct xiw_send_wqe", "num_sge", offset_of!(SendWqe, num_sge);
+        "struct xiw_send_wqe", "op_flags", offset_of!(SendWqe, op_flags);
+        "struct xiw_send_wqe", "imm_or_inv", offset_of!(SendWqe, imm_or_inv);
+        "struct xiw_send_wqe", "remote_addr", offset_of!(SendWqe, remote_addr);
+        "struct xiw_send_wqe", "rkey", offset_of!(SendWqe, rkey);
+        "struct xiw_send_wqe", "length", offset_of!(SendWqe, length);
+        "struct xiw_send_wqe", "operand0", offset_of!(SendWqe, operand0);
+        "struct xiw_send_wqe", "operand1", offset_of!(SendWqe, operand1);
+        "struct xiw_send_wqe", "mask0", offset_of!(SendWqe, mask0);
+        "struct xiw_send_wqe", "mask1", offset_of!(SendWqe, mask1);
+        "struct xiw_recv_wqe", "wr_id", offset_of!(RecvWqe, wr_id);
+        "struct xiw_recv_wqe", "num_sge", offset_of!(RecvWqe, num_sge);
+        "struct xiw_recv_wqe", "length", offset_of!(RecvWqe, length);
+        "struct xiw_cqe", "wr_id", offset_of!(Cqe, wr_id);
+        "struct xiw_cqe", "byte_len", offset_of!(Cqe, byte_len);
+        "struct xiw_cqe", "imm_or_inv", offset_of!(Cqe, imm_or_inv);
+        "struct xiw_cqe", "qp_num", offset_of!(Cqe, qp_num);
+        "struct xiw_cqe", "vendor_err", offset_of!(Cqe, vendor_err);
+        "struct xiw_cqe", "opcode", offset_of!(Cqe, opcode);
+        "struct xiw_cqe", "status", offset_of!(Cqe, status);
+        "struct xiw_cqe", "wc_flags", offset_of!(Cqe, wc_flags);
+    };
+    for (c, n) in [
+        ("struct xiw_ring_header", size_of::<RingHeader>()),
+        ("struct xiw_sge", size_of::<Sge>()),
+        ("struct xiw_send_wqe", size_of::<SendWqe>()),
+        ("struct xiw_recv_wqe", size_of::<RecvWqe>()),
+        ("struct xiw_cqe", size_of::<Cqe>()),
+    ] {
+        checks.push((format!("sizeof({c})"), n as u64));
+    }
+    let consts: &[(&str, u64)] = &[
+        ("XIW_RING_MAGIC", RING_MAGIC as u64),
+        ("XIW_RING_VERSION", RING_VERSION as u64),
+        ("XIW_RING_KIND_SQ", RING_KIND_SQ as u64),
+        ("XIW_RING_KIND_RQ", RING_KIND_RQ as u64),
+        ("XIW_RING_KIND_SRQ", RING_KIND_SRQ as u64),
+        ("XIW_RING_KIND_CQ", RING_KIND_CQ as u64),
+        ("XIW_RING_SLOTS_OFFSET", RING_SLOTS_OFFSET as u64),
+        ("XIW_RING_F_NEED_DOORBELL", RING_F_NEED_DOORBELL as u64),
+        ("XIW_RING_F_ERROR", RING_F_ERROR as u64),
+        ("XIW_CQ_ARM_NONE", CQ_ARM_NONE as u64),
+        ("XIW_CQ_ARM_NEXT", CQ_ARM_NEXT as u64),
+        ("XIW_CQ_ARM_SOLICITED", CQ_ARM_SOLICITED as u64),
+        ("XIW_OP_SEND", op::SEND as u64),
+        ("XIW_OP_SEND_INV", op::SEND_INV as u64),
+        ("XIW_OP_SEND_IMM", op::SEND_IMM as u64),
+        ("XIW_OP_WRITE", op::WRITE as u64),
+        ("XIW_OP_WRITE_IMM", op::WRITE_IMM as u64),
+        ("XIW_OP_READ", op::READ as u64),
+        ("XIW_OP_ATOMIC_CMP_SWP", op::ATOMIC_CMP_SWP as u64),
+        ("XIW_OP_ATOMIC_FETCH_ADD", op::ATOMIC_FETCH_ADD as u64),
+        ("XIW_OP_LOCAL_INV", op::LOCAL_INV as u64),
+        ("XIW_OP_ATOMIC_WRITE", op::ATOMIC_WRITE as u64),
+        ("XIW_OP_FLUSH", op::FLUSH as u64),
+        ("XIW_OP_VERIFY", op::VERIFY as u64),
+        ("XIW_OP_ATOMIC_MASKED_CMP_SWP", op::ATOMIC_MASKED_CMP_SWP as u64),
+        ("XIW_OP_ATOMIC_MASKED_FETCH_ADD", op::ATOMIC_MASKED_FETCH_ADD as u64),
+        ("XIW_OP_ATOMIC_SWAP", op::ATOMIC_SWAP as u64),
+        ("XIW_WQE_SIGNALED", wqe_flag::SIGNALED as u64),
+        ("XIW_WQE_SOLICITED", wqe_flag::SOLICITED as u64),
+        ("XIW_WQE_FENCE", wqe_flag::FENCE as u64),
+        ("XIW_WQE_INLINE", wqe_flag::INLINE as u64),
+    ];
+    for (name, v) in consts {
+        checks.push(((*name).to_string(), *v));
+    }
+
+    let dir = std::env::temp_dir().join(format!("xiw-abi-h-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut src = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"xiw_abi.h\"\nint main(void) {\n");
+    for (expr, _) in &checks {
+        src.push_str(&format!("  printf(\"%llu\\n\", (unsigned long long)({expr}));\n"));
+    }
+    src.push_str("  return 0;\n}\n");
+    let c = dir.join("check.c");
+    std::fs::write(&c, src).unwrap();
+    let exe = dir.join("check");
+    let include = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-I", include, "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .status()
+        .expect("a C compiler (cc) to build the header check");
+    assert!(st.success(), "xiw_abi.h does not compile cleanly");
+    let out = Command::new(&exe).output().unwrap();
+    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(got.len(), checks.len());
+    let mut bad = Vec::new();
+    for ((expr, want), got) in checks.iter().zip(got) {
+        if *want != got {
+            bad.push(format!("{expr}: C says {got}, Rust says {want}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(bad.is_empty(), "xiw_abi.h and ring.rs disagree:\n{}", bad.join("\n"));
+}
