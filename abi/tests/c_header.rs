@@ -90,8 +90,14 @@ fn c_header_matches_rust_layout() {
         ("XIW_OP_ATOMIC_WRITE", op::ATOMIC_WRITE as u64),
         ("XIW_OP_FLUSH", op::FLUSH as u64),
         ("XIW_OP_VERIFY", op::VERIFY as u64),
-        ("XIW_OP_ATOMIC_MASKED_CMP_SWP", op::ATOMIC_MASKED_CMP_SWP as u64),
-        ("XIW_OP_ATOMIC_MASKED_FETCH_ADD", op::ATOMIC_MASKED_FETCH_ADD as u64),
+        (
+            "XIW_OP_ATOMIC_MASKED_CMP_SWP",
+            op::ATOMIC_MASKED_CMP_SWP as u64,
+        ),
+        (
+            "XIW_OP_ATOMIC_MASKED_FETCH_ADD",
+            op::ATOMIC_MASKED_FETCH_ADD as u64,
+        ),
         ("XIW_OP_ATOMIC_SWAP", op::ATOMIC_SWAP as u64),
         ("XIW_WQE_SIGNALED", wqe_flag::SIGNALED as u64),
         ("XIW_WQE_SOLICITED", wqe_flag::SOLICITED as u64),
@@ -104,9 +110,13 @@ fn c_header_matches_rust_layout() {
 
     let dir = std::env::temp_dir().join(format!("xiw-abi-h-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut src = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"xiw_abi.h\"\nint main(void) {\n");
+    let mut src = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"xiw_abi.h\"\nint main(void) {\n",
+    );
     for (expr, _) in &checks {
-        src.push_str(&format!("  printf(\"%llu\\n\", (unsigned long long)({expr}));\n"));
+        src.push_str(&format!(
+            "  printf(\"%llu\\n\", (unsigned long long)({expr}));\n"
+        ));
     }
     src.push_str("  return 0;\n}\n");
     let c = dir.join("check.c");
@@ -122,7 +132,10 @@ fn c_header_matches_rust_layout() {
         .expect("a C compiler (cc) to build the header check");
     assert!(st.success(), "xiw_abi.h does not compile cleanly");
     let out = Command::new(&exe).output().unwrap();
-    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout).lines().map(|l| l.parse().unwrap()).collect();
+    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
     assert_eq!(got.len(), checks.len());
     let mut bad = Vec::new();
     for ((expr, want), got) in checks.iter().zip(got) {
@@ -131,5 +144,9 @@ fn c_header_matches_rust_layout() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(bad.is_empty(), "xiw_abi.h and ring.rs disagree:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "xiw_abi.h and ring.rs disagree:\n{}",
+        bad.join("\n")
+    );
 }

@@ -1,11 +1,12 @@
 //! Connection setup in standalone mode: TCP plus the MPA exchange (RFC 5044
 //! section 7, RFC 6581), driven by modify_qp.
 //!
-//! A QP's number is the TCP port of its listening socket on the device address,
-//! so the peer's GID and QPN (what perftest and ibv_rc_pingpong exchange) name
-//! its endpoint. Of the two ends, the one with the lower (address, QPN) connects
-//! and sends the MPA Request; the other accepts and replies. Both ends identify
-//! themselves in the private data, after the RFC 6581 IRD/ORD block.
+//! Each device context listens on TCP ports of the device address; a QP's number
+//! is `port << 8 | index`, so the peer's GID and QPN (what perftest and
+//! ibv_rc_pingpong exchange) name its endpoint. Of the two ends, the one with the
+//! lower (address, QPN) connects and sends the MPA Request; the other's context
+//! accepts, reads the Request, and hands the stream to the QP it names. Both
+//! ends identify themselves in the private data, after the RFC 6581 IRD/ORD block.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -22,26 +23,57 @@ use crate::wire::mpa;
 const PD_MAGIC: &[u8; 4] = b"xiw1";
 const PD_LEN: usize = 12;
 
-pub struct Listener {
-    pub fd: OwnedFd,
-    pub qpn: u32,
+/// A listening socket on the device address; returns it and its port.
+pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
+    let fd = socket_for(addr)?;
+    bind(fd.as_raw_fd(), SocketAddr::new(addr, 0))?;
+    // SAFETY: plain syscall on a socket we own.
+    if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let port = local_addr(fd.as_raw_fd())?.port();
+    Ok((fd, port))
 }
 
-impl Listener {
-    pub fn bind(sh: &Shared) -> io::Result<Listener> {
-        let fd = socket_for(sh.dev.addr)?;
-        set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 0)?;
-        bind(fd.as_raw_fd(), SocketAddr::new(sh.dev.addr, 0))?;
-        // SAFETY: plain syscall on a socket we own.
-        if unsafe { libc::listen(fd.as_raw_fd(), 8) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let port = local_addr(fd.as_raw_fd())?.port();
-        Ok(Listener {
-            fd,
-            qpn: port as u32,
-        })
+/// Accepts one connection, non-blocking.
+pub fn accept(listener: RawFd) -> Option<OwnedFd> {
+    // SAFETY: accept4 on a listening socket; no address wanted.
+    let fd = unsafe {
+        libc::accept4(
+            listener,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+        )
+    };
+    // SAFETY: accept4 returned a new descriptor that nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The QPN an MPA Request is addressed to, from xiw's private data.
+pub fn request_target(frame: &[u8]) -> Option<u32> {
+    let pkt = mpa::Packet::new_checked(frame).ok()?;
+    let req = mpa::FrameRepr::parse(&pkt).ok()?;
+    if req.kind != mpa::FrameKind::Request {
+        return None;
     }
+    parse_private(req.private_data, req.enhanced, req.revision).map(|(_, _, _, to)| to)
+}
+
+/// Turns a connection away with an MPA Reply carrying the Reject bit.
+pub fn send_reject(fd: RawFd) {
+    let frame = mpa::FrameRepr {
+        kind: mpa::FrameKind::Reply,
+        markers: false,
+        crc: false,
+        reject: true,
+        enhanced: false,
+        revision: 2,
+        private_data: &[],
+    };
+    let mut out = vec![0u8; frame.buffer_len()];
+    frame.emit(&mut mpa::Packet::new_unchecked(&mut out[..]));
+    let _ = write_all(fd, &out);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -62,7 +94,6 @@ struct Request {
 }
 
 pub struct Cm {
-    pub listener: Listener,
     sock: Option<OwnedFd>,
     phase: Phase,
     buf: Vec<u8>,
@@ -73,9 +104,8 @@ pub struct Cm {
 }
 
 impl Cm {
-    pub fn new(listener: Listener) -> Cm {
+    pub fn new() -> Cm {
         Cm {
-            listener,
             sock: None,
             phase: Phase::Idle,
             buf: Vec::new(),
@@ -124,7 +154,7 @@ impl Cm {
         let sh = &qp.sh;
         let fd = socket_for(addr)?;
         bind(fd.as_raw_fd(), SocketAddr::new(sh.dev.addr, 0))?;
-        let sa = SocketAddr::new(addr, qpn as u16);
+        let sa = SocketAddr::new(addr, (qpn >> 8) as u16);
         let (storage, len) = sockaddr(sa);
         // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
         let r = unsafe {
@@ -146,31 +176,37 @@ impl Cm {
         Ok(())
     }
 
-    /// The listening socket is readable.
-    pub fn on_listener(&mut self, qp: &Qp) {
-        loop {
-            // SAFETY: accept4 on our listening socket; no address wanted.
-            let fd = unsafe {
-                libc::accept4(
-                    self.listener.fd.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return;
-            }
-            // SAFETY: accept4 returned a new descriptor that nothing else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let passive = matches!(self.phase, Phase::Idle | Phase::AwaitRequest);
-            if !passive || self.sock.is_some() {
-                continue; // dropped: one connection per QP
-            }
-            if qp.sh.watch_cm(fd.as_raw_fd(), qp.qpn, false, true).is_ok() {
-                self.sock = Some(fd);
-                self.buf.clear();
-            }
+    /// The context accepted a connection whose MPA Request names this QP.
+    pub fn adopt(&mut self, qp: &Qp, fd: OwnedFd, frame: &[u8]) -> Result<(), String> {
+        crate::log::debug(
+            &qp.sh,
+            format_args!(
+                "qp {}: incoming connection in phase {:?}",
+                qp.qpn, self.phase
+            ),
+        );
+        let passive = matches!(self.phase, Phase::Idle | Phase::AwaitRequest);
+        if !passive || self.sock.is_some() {
+            send_reject(fd.as_raw_fd());
+            return Ok(());
+        }
+        if qp
+            .sh
+            .watch_cm(fd.as_raw_fd(), qp.qpn, false, false)
+            .is_err()
+        {
+            return Ok(());
+        }
+        self.sock = Some(fd);
+        if self.on_request(frame).is_err() {
+            self.reject(qp);
+            return Ok(());
+        }
+        if self.phase == Phase::AwaitRequest {
+            self.answer_request(qp)
+        } else {
+            self.phase = Phase::HaveRequest;
+            Ok(())
         }
     }
 
@@ -198,31 +234,25 @@ impl Cm {
                 self.phase = Phase::AwaitReply;
                 Ok(())
             }
-            Phase::AwaitReply => match self.read_frame() {
+            Phase::AwaitReply => match read_frame(self.sock_fd(), &mut self.buf) {
                 Ok(Some(frame)) => self.on_reply(qp, &frame),
                 Ok(None) => Ok(()),
                 Err(e) => Err(format!("reading MPA reply: {e}")),
             },
-            Phase::Idle | Phase::AwaitRequest if self.sock.is_some() => match self.read_frame() {
-                Ok(Some(frame)) => {
-                    if self.on_request(&frame).is_err() {
-                        // Not a request for this QP: turn it away and keep listening.
-                        self.reject(qp);
-                        return Ok(());
-                    }
-                    if self.phase == Phase::AwaitRequest {
-                        self.answer_request(qp)
-                    } else {
-                        self.phase = Phase::HaveRequest;
-                        Ok(())
-                    }
+            Phase::HaveRequest | Phase::Idle | Phase::AwaitRequest if self.sock.is_some() => {
+                crate::log::debug(
+                    &qp.sh,
+                    format_args!("qp {}: initiator went away before the reply", qp.qpn),
+                );
+                // The initiator waits for our Reply: anything readable now is its
+                // close (or a protocol violation); forget the connection either way.
+                self.drop_sock(qp);
+                self.request = None;
+                if self.phase == Phase::HaveRequest {
+                    self.phase = Phase::Idle;
                 }
-                Ok(None) => Ok(()),
-                Err(_) => {
-                    self.drop_sock(qp);
-                    Ok(())
-                }
-            },
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -258,54 +288,6 @@ impl Cm {
             qp.sh.unwatch(s.as_raw_fd());
         }
         self.buf.clear();
-    }
-
-    /// Reads exactly one MPA Request/Reply frame; `None` until it is complete.
-    fn read_frame(&mut self) -> io::Result<Option<Vec<u8>>> {
-        let fd = self.sock_fd();
-        loop {
-            let want = if self.buf.len() < mpa::HEADER_LEN {
-                mpa::HEADER_LEN
-            } else {
-                let pd = u16::from_be_bytes([self.buf[18], self.buf[19]]) as usize;
-                if pd > mpa::MAX_PRIVATE_DATA {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "private data too long",
-                    ));
-                }
-                mpa::HEADER_LEN + pd
-            };
-            if self.buf.len() == want {
-                return Ok(Some(std::mem::take(&mut self.buf)));
-            }
-            let have = self.buf.len();
-            self.buf.resize(want, 0);
-            // SAFETY: reading into the tail of `buf`, which was just sized for it.
-            let n = unsafe {
-                libc::recv(
-                    fd,
-                    self.buf.as_mut_ptr().add(have) as *mut libc::c_void,
-                    want - have,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n <= 0 {
-                self.buf.truncate(have);
-                if n == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "peer closed during MPA setup",
-                    ));
-                }
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EAGAIN) {
-                    return Ok(None);
-                }
-                return Err(e);
-            }
-            self.buf.truncate(have + n as usize);
-        }
     }
 
     fn private_data(qp: &Qp, ird: u32, ord: u32, to_qpn: u32) -> Vec<u8> {
@@ -392,6 +374,13 @@ impl Cm {
             .map(|a| canonical(a) == canonical(peer_addr))
             .unwrap_or(false);
         if req.initiator_qpn != peer_qpn || !from_ok {
+            crate::log::debug(
+                &qp.sh,
+                format_args!(
+                    "qp {}: refusing a connection from {from:?} QP {}",
+                    qp.qpn, req.initiator_qpn
+                ),
+            );
             self.reject(qp);
             self.phase = Phase::AwaitRequest;
             return Ok(());
@@ -414,15 +403,7 @@ impl Cm {
     }
 
     fn reject(&mut self, qp: &Qp) {
-        let _ = self.send_frame(&mpa::FrameRepr {
-            kind: mpa::FrameKind::Reply,
-            markers: false,
-            crc: false,
-            reject: true,
-            enhanced: false,
-            revision: 2,
-            private_data: &[],
-        });
+        send_reject(self.sock_fd());
         self.request = None;
         self.drop_sock(qp);
     }
@@ -485,6 +466,53 @@ impl Cm {
         self.peer = None;
         self.request = None;
         self.buf.clear();
+    }
+}
+
+/// Reads exactly one MPA Request/Reply frame into `buf`; `None` until it is complete.
+pub fn read_frame(fd: RawFd, buf: &mut Vec<u8>) -> io::Result<Option<Vec<u8>>> {
+    loop {
+        let want = if buf.len() < mpa::HEADER_LEN {
+            mpa::HEADER_LEN
+        } else {
+            let pd = u16::from_be_bytes([buf[18], buf[19]]) as usize;
+            if pd > mpa::MAX_PRIVATE_DATA {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "private data too long",
+                ));
+            }
+            mpa::HEADER_LEN + pd
+        };
+        if buf.len() == want {
+            return Ok(Some(std::mem::take(buf)));
+        }
+        let have = buf.len();
+        buf.resize(want, 0);
+        // SAFETY: reading into the tail of `buf`, which was just sized for it.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                buf.as_mut_ptr().add(have) as *mut libc::c_void,
+                want - have,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n <= 0 {
+            buf.truncate(have);
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "peer closed during MPA setup",
+                ));
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                return Ok(None);
+            }
+            return Err(e);
+        }
+        buf.truncate(have + n as usize);
     }
 }
 

@@ -3,9 +3,9 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use xiw_abi::verbs::*;
 
@@ -49,9 +49,32 @@ pub const TOKEN_KICK: u64 = 0;
 pub const KIND_LISTEN: u64 = 1;
 pub const KIND_CM: u64 = 2;
 pub const KIND_DATA: u64 = 3;
+/// An accepted connection whose MPA Request has not arrived yet.
+pub const KIND_PENDING: u64 = 4;
+
+/// One listening port and the (up to 256) QP numbers it carries.
+struct PortSlot {
+    fd: OwnedFd,
+    port: u16,
+    used: [u64; 4],
+    count: u32,
+}
+
+/// How long an accepted connection may take to send its MPA Request.
+const PENDING_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Pending {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+    since: Instant,
+}
 
 pub fn token(qpn: u32, kind: u64) -> u64 {
     (qpn as u64) << 8 | kind
+}
+
+pub fn token_pending(id: u64) -> u64 {
+    id << 8 | KIND_PENDING
 }
 
 pub struct Shared {
@@ -70,6 +93,9 @@ pub struct Shared {
     /// Application handles of CQs and SRQs, for async events.
     handles: Mutex<HashMap<u32, usize>>,
     ids: AtomicU32,
+    ports: Mutex<Vec<PortSlot>>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_pending: AtomicU64,
 }
 
 impl Shared {
@@ -113,6 +139,9 @@ impl Shared {
             has_timers: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             ids: AtomicU32::new(1),
+            ports: Mutex::new(Vec::new()),
+            pending: Mutex::new(HashMap::new()),
+            next_pending: AtomicU64::new(1),
         };
         sh.epoll(
             libc::EPOLL_CTL_ADD,
@@ -147,37 +176,159 @@ impl Shared {
             .any(|q| f(q))
     }
 
-    /// Makes a new QP reachable: in the table, and its listener watched.
-    pub fn register_qp(&self, qp: Arc<Qp>) -> io::Result<()> {
-        let fd = qp.lock_cm().listener.fd.as_raw_fd();
-        let qpn = qp.qpn;
+    /// Makes a new QP reachable by number.
+    pub fn register_qp(&self, qp: Arc<Qp>) {
         self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(qpn, qp);
-        if let Err(e) = self.epoll(
-            libc::EPOLL_CTL_ADD,
-            fd,
-            libc::EPOLLIN as u32,
-            token(qpn, KIND_LISTEN),
-        ) {
-            self.qps
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&qpn);
-            return Err(e);
-        }
-        Ok(())
+            .insert(qp.qpn, qp);
     }
 
     pub fn unregister_qp(&self, qpn: u32) -> Option<Arc<Qp>> {
-        let qp = self
-            .qps
+        self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&qpn)?;
-        self.unwatch(qp.lock_cm().listener.fd.as_raw_fd());
-        Some(qp)
+            .remove(&qpn)
+    }
+
+    /// A free QP number: `port << 8 | index` on one of this context's listeners.
+    pub fn alloc_qpn(&self) -> io::Result<u32> {
+        let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        for slot in ports.iter_mut().filter(|s| s.count < 256) {
+            let i = (0..256)
+                .find(|&i| slot.used[i / 64] & (1 << (i % 64)) == 0)
+                .expect("a free index");
+            slot.used[i / 64] |= 1 << (i % 64);
+            slot.count += 1;
+            return Ok((slot.port as u32) << 8 | i as u32);
+        }
+        let (fd, port) = crate::cm::listen(self.dev.addr)?;
+        self.epoll(
+            libc::EPOLL_CTL_ADD,
+            fd.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            token(port as u32, KIND_LISTEN),
+        )?;
+        ports.push(PortSlot {
+            fd,
+            port,
+            used: [1, 0, 0, 0],
+            count: 1,
+        });
+        Ok((port as u32) << 8)
+    }
+
+    pub fn free_qpn(&self, qpn: u32) {
+        let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(k) = ports.iter().position(|s| s.port as u32 == qpn >> 8) else {
+            return;
+        };
+        let i = (qpn & 0xff) as usize;
+        let slot = &mut ports[k];
+        if slot.used[i / 64] & (1 << (i % 64)) != 0 {
+            slot.used[i / 64] &= !(1 << (i % 64));
+            slot.count -= 1;
+        }
+        if slot.count == 0 {
+            self.unwatch(slot.fd.as_raw_fd());
+            ports.swap_remove(k);
+        }
+    }
+
+    /// A listener is readable: accept, and wait for each connection's MPA Request.
+    pub fn on_listen(&self, port: u16) {
+        let fd = {
+            let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+            match ports.iter().find(|s| s.port == port) {
+                Some(s) => s.fd.as_raw_fd(),
+                None => return,
+            }
+        };
+        while let Some(conn) = crate::cm::accept(fd) {
+            let id = self.next_pending.fetch_add(1, Ordering::Relaxed);
+            if self
+                .epoll(
+                    libc::EPOLL_CTL_ADD,
+                    conn.as_raw_fd(),
+                    libc::EPOLLIN as u32,
+                    token_pending(id),
+                )
+                .is_ok()
+            {
+                let p = Pending {
+                    fd: conn,
+                    buf: Vec::new(),
+                    since: Instant::now(),
+                };
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, p);
+            }
+        }
+    }
+
+    /// An accepted connection is readable: once its MPA Request is complete,
+    /// hand it to the QP it names, or turn it away.
+    pub fn on_pending(&self, id: u64) {
+        let mut p = match self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+        {
+            Some(p) => p,
+            None => return,
+        };
+        let frame = match crate::cm::read_frame(p.fd.as_raw_fd(), &mut p.buf) {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                self.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, p);
+                return;
+            }
+            Err(_) => {
+                self.unwatch(p.fd.as_raw_fd());
+                return;
+            }
+        };
+        let qp = crate::cm::request_target(&frame).and_then(|qpn| self.qp(qpn));
+        match qp {
+            Some(qp) => {
+                let r = qp.lock_cm().adopt(&qp, p.fd, &frame);
+                if let Err(why) = r {
+                    qp.fail(&why, None, None, IBV_EVENT_QP_FATAL);
+                }
+            }
+            None => {
+                crate::cm::send_reject(p.fd.as_raw_fd());
+                self.unwatch(p.fd.as_raw_fd());
+            }
+        }
+    }
+
+    /// Drops accepted connections that never sent a Request; true if any remain.
+    pub fn expire_pending(&self) -> bool {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.retain(|_, p| {
+            let keep = p.since.elapsed() < PENDING_TIMEOUT;
+            if !keep {
+                let mut ev = libc::epoll_event { events: 0, u64: 0 };
+                // SAFETY: removing our own descriptor from our epoll set.
+                unsafe {
+                    libc::epoll_ctl(
+                        self.epfd.as_raw_fd(),
+                        libc::EPOLL_CTL_DEL,
+                        p.fd.as_raw_fd(),
+                        &mut ev,
+                    )
+                };
+            }
+            keep
+        });
+        !pending.is_empty()
     }
 
     pub fn set_handle(&self, id: u32, handle: usize) {
@@ -198,7 +349,8 @@ impl Shared {
         Ok(())
     }
 
-    /// A connection socket during MPA setup: `add` registers it, `out` asks for writability.
+    /// A connection socket during MPA setup: `add` registers it (else it is
+    /// re-pointed at the QP), `out` asks for writability.
     pub fn watch_cm(&self, fd: RawFd, qpn: u32, out: bool, add: bool) -> io::Result<()> {
         let ev = libc::EPOLLIN as u32 | if out { libc::EPOLLOUT as u32 } else { 0 };
         let op = if add {

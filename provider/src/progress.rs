@@ -16,12 +16,15 @@ use crate::{rx, tx};
 pub fn run(sh: Arc<Shared>) {
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
     let mut last_activity = Instant::now();
+    let mut pending = false;
     loop {
         let spinning = !sh.cfg.spin.is_zero() && last_activity.elapsed() < sh.cfg.spin;
         let timeout = if spinning {
             0
         } else if sh.has_timers.load(Ordering::Acquire) {
             20
+        } else if pending {
+            1000
         } else {
             -1
         };
@@ -68,6 +71,7 @@ pub fn run(sh: Arc<Shared>) {
                 }
             }
         }
+        pending = sh.expire_pending();
         if sh.has_timers.load(Ordering::Acquire) {
             let now = Instant::now();
             let mut keep = Vec::new();
@@ -86,11 +90,15 @@ pub fn run(sh: Arc<Shared>) {
 }
 
 fn dispatch(sh: &Shared, tok: u64, bits: u32) {
+    match tok & 0xff {
+        KIND_LISTEN => return sh.on_listen((tok >> 8) as u16),
+        KIND_PENDING => return sh.on_pending(tok >> 8),
+        _ => {}
+    }
     let Some(qp) = sh.qp((tok >> 8) as u32) else {
         return;
     };
     match tok & 0xff {
-        KIND_LISTEN => qp.lock_cm().on_listener(&qp),
         KIND_CM => {
             let writable = bits & (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
             let r = qp.lock_cm().on_sock(&qp, writable);

@@ -97,8 +97,8 @@ impl Qp {
         caps: Caps,
         sq_sig_all: bool,
     ) -> std::io::Result<Qp> {
-        let listener = cm::Listener::bind(&sh)?;
-        let qpn = listener.qpn;
+        let qpn = sh.alloc_qpn()?;
+        let guard = QpnGuard { sh: &sh, qpn };
         let sq = Ring::new(
             ring::RING_KIND_SQ,
             caps.max_send_wr.max(1),
@@ -115,6 +115,7 @@ impl Qp {
             )?),
         };
         let entries = sq.entries;
+        std::mem::forget(guard);
         Ok(Qp {
             qpn,
             pd,
@@ -129,7 +130,7 @@ impl Qp {
             rq_post: Mutex::new(()),
             state: AtomicU32::new(IBV_QPS_RESET),
             attrs: Mutex::new(Attrs::default()),
-            cm: Mutex::new(cm::Cm::new(listener)),
+            cm: Mutex::new(cm::Cm::new()),
             rx: Mutex::new(rx::Rx::default()),
             tx: Mutex::new(tx::Tx::new(entries)),
             tx_want: AtomicBool::new(false),
@@ -376,9 +377,9 @@ impl Qp {
         tx.flush(self);
     }
 
-    /// Brings the QP back to RESET: empty queues, fresh protocol state, listener kept.
+    /// Brings the QP back to RESET: empty queues, fresh protocol state, same QPN.
     pub fn reset(&self) {
-        self.lock_cm().close(&self.sh);
+        self.lock_cm().reset(&self.sh);
         let mut rx = self.lock_rx();
         *rx = rx::Rx::default();
         if let Some(rq) = &self.rq {
@@ -392,6 +393,24 @@ impl Qp {
         tx.next = self.sq.producer();
         self.sq.release(self.sq.producer());
         self.last_error.store(IBV_WC_SUCCESS, Ordering::Release);
+    }
+}
+
+/// Gives the QP number back if construction fails half-way.
+struct QpnGuard<'a> {
+    sh: &'a Shared,
+    qpn: u32,
+}
+
+impl Drop for QpnGuard<'_> {
+    fn drop(&mut self) {
+        self.sh.free_qpn(self.qpn);
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        self.sh.free_qpn(self.qpn);
     }
 }
 

@@ -75,7 +75,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             );
             return Err(libc::EINVAL);
         }
-        if attr.dest_qp_num == 0 || attr.dest_qp_num > u16::MAX as u32 {
+        if attr.dest_qp_num >> 8 == 0 || attr.dest_qp_num > 0xff_ffff {
             return Err(libc::EINVAL);
         }
     }
