@@ -103,8 +103,8 @@ pub struct Cm {
     request: Option<Request>,
 }
 
-impl Cm {
-    pub fn new() -> Cm {
+impl Default for Cm {
+    fn default() -> Cm {
         Cm {
             sock: None,
             phase: Phase::Idle,
@@ -115,7 +115,9 @@ impl Cm {
             request: None,
         }
     }
+}
 
+impl Cm {
     pub fn is_established(&self) -> bool {
         self.phase == Phase::Established
     }

@@ -194,7 +194,7 @@ impl Shared {
     /// A free QP number: `port << 8 | index` on one of this context's listeners.
     pub fn alloc_qpn(&self) -> io::Result<u32> {
         let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
-        for slot in ports.iter_mut().filter(|s| s.count < 256) {
+        if let Some(slot) = ports.iter_mut().find(|s| s.count < 256) {
             let i = (0..256)
                 .find(|&i| slot.used[i / 64] & (1 << (i % 64)) == 0)
                 .expect("a free index");

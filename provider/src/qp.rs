@@ -130,7 +130,7 @@ impl Qp {
             rq_post: Mutex::new(()),
             state: AtomicU32::new(IBV_QPS_RESET),
             attrs: Mutex::new(Attrs::default()),
-            cm: Mutex::new(cm::Cm::new()),
+            cm: Mutex::new(cm::Cm::default()),
             rx: Mutex::new(rx::Rx::default()),
             tx: Mutex::new(tx::Tx::new(entries)),
             tx_want: AtomicBool::new(false),
