@@ -148,7 +148,9 @@ unsafe extern "C" fn alloc_context(
         let (sh, async_r) = match Shared::new(info, Config::from_env()) {
             Ok(v) => v,
             Err(e) => {
-                eprintln!("xiw: cannot set up the device context: {e}");
+                if crate::log::env_debug() {
+                    eprintln!("xiw: cannot set up the device context: {e}");
+                }
                 // SAFETY: undo _verbs_init_and_alloc_context.
                 unsafe {
                     verbs_uninit_context(&mut (*ctx).vctx);
