@@ -24,6 +24,8 @@ pub struct Config {
     pub spin: Duration,
     /// Largest DDP payload per FPDU (XIW_MULPDU).
     pub mulpdu: usize,
+    /// SCHED_FIFO priority for the progress thread (XIW_PROGRESS_RT, 0 = normal scheduling).
+    pub rt_prio: i32,
     pub debug: bool,
 }
 
@@ -40,6 +42,7 @@ impl Config {
             connect_timeout: Duration::from_millis(num("XIW_CONNECT_TIMEOUT_MS", 10_000)),
             spin: Duration::from_micros(num("XIW_SPIN_US", 0)),
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
+            rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             debug: crate::log::env_debug(),
         }
     }

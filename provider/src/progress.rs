@@ -14,6 +14,20 @@ use crate::context::*;
 use crate::{rx, tx};
 
 pub fn run(sh: Arc<Shared>) {
+    if sh.cfg.rt_prio > 0 {
+        let param = libc::sched_param {
+            sched_priority: sh.cfg.rt_prio,
+        };
+        // SAFETY: changes only this thread's own scheduling; failure leaves it as it was.
+        let r =
+            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+        if r != 0 {
+            crate::log::warn(
+                &sh,
+                format_args!("XIW_PROGRESS_RT: cannot use SCHED_FIFO (errno {r})"),
+            );
+        }
+    }
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
     let mut last_activity = Instant::now();
     let mut pending = false;
