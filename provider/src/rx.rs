@@ -62,17 +62,18 @@ pub struct Rx {
     pub expect_rtr: bool,
     /// `qp_access_flags` for remote requests.
     pub access: u32,
+    /// Bytes read and not yet processed start at `start`.
     buf: Vec<u8>,
     start: usize,
-    end: usize,
     /// Next expected MSN per inbound untagged queue (0 until established).
     msn: [u32; 3],
     pub cur: Option<RecvJob>,
     placed: u64,
 }
 
-/// Room for the largest FPDU (2 + 65535 + pad + CRC) and then some.
-const RX_BUF: usize = 160 * 1024;
+/// Receive buffer bounds: the largest FPDU (2 + 65535 + pad + CRC) always fits.
+const RX_BUF_MIN: usize = 16 * 1024;
+const RX_BUF_MAX: usize = 256 * 1024;
 
 impl Rx {
     pub fn established(fd: i32, crc: bool, expect_rtr: bool, access: u32) -> Rx {
@@ -88,25 +89,33 @@ impl Rx {
 }
 
 /// Reads and processes everything available on the stream.
+///
+/// The buffer starts small and grows (up to `RX_BUF_MAX`) only while the stream
+/// keeps it full or an FPDU needs the room, so an idle QP holds little memory.
 pub fn on_readable(qp: &Qp) -> Result<(), Fail> {
     let mut rx = qp.lock_rx();
     let Some(fd) = rx.fd else { return Ok(()) };
-    if rx.buf.len() < RX_BUF {
-        rx.buf.resize(RX_BUF, 0);
-    }
     loop {
         if rx.start > 0 {
-            let (s, e) = (rx.start, rx.end);
-            rx.buf.copy_within(s..e, 0);
-            rx.end -= s;
+            let s = rx.start;
+            rx.buf.drain(..s);
             rx.start = 0;
         }
-        let room = rx.buf.len() - rx.end;
-        // SAFETY: the destination is the unused tail of `buf`; `fd` is the QP's stream.
+        let need = mpa::peek_fpdu_len(&rx.buf).unwrap_or(0).max(RX_BUF_MIN);
+        let cap = rx.buf.capacity();
+        if cap < need || cap - rx.buf.len() < RX_BUF_MIN / 4 {
+            let want = need.max((cap * 2).min(RX_BUF_MAX));
+            let len = rx.buf.len();
+            rx.buf.reserve_exact(want - len);
+        }
+        let spare = rx.buf.spare_capacity_mut();
+        let room = spare.len();
+        // SAFETY: recv writes at most `room` bytes into the spare capacity of `buf`;
+        // `fd` is the QP's stream, open while the QP lives.
         let n = unsafe {
             libc::recv(
                 fd,
-                rx.buf.as_mut_ptr().add(rx.end) as *mut libc::c_void,
+                spare.as_mut_ptr() as *mut libc::c_void,
                 room,
                 libc::MSG_DONTWAIT,
             )
@@ -122,10 +131,12 @@ pub fn on_readable(qp: &Qp) -> Result<(), Fail> {
                 _ => return Err(Fail::stream(format!("recv: {e}"))),
             }
         }
-        rx.end += n as usize;
-        let mut buf = std::mem::take(&mut rx.buf);
+        let len = rx.buf.len() + n as usize;
+        // SAFETY: recv initialised the first `n` bytes of the spare capacity.
+        unsafe { rx.buf.set_len(len) };
+        let buf = std::mem::take(&mut rx.buf);
         let r = process_buffered(qp, &mut rx, &buf);
-        std::mem::swap(&mut rx.buf, &mut buf);
+        rx.buf = buf;
         r?;
         if (n as usize) < room {
             return Ok(());
@@ -134,8 +145,8 @@ pub fn on_readable(qp: &Qp) -> Result<(), Fail> {
 }
 
 fn process_buffered(qp: &Qp, rx: &mut Rx, buf: &[u8]) -> Result<(), Fail> {
-    while let Some(len) = mpa::peek_fpdu_len(&buf[rx.start..rx.end]) {
-        if rx.end - rx.start < len {
+    while let Some(len) = mpa::peek_fpdu_len(&buf[rx.start..]) {
+        if buf.len() - rx.start < len {
             break;
         }
         let fpdu = &buf[rx.start..rx.start + len];
