@@ -39,19 +39,29 @@ pub struct Mr {
 }
 
 impl Mr {
-    fn check(&self, pd: u32, to: u64, len: u64, need: u32) -> Result<u64, AccessError> {
+    /// DDP's checks first (STag valid, same stream/PD, base and bounds: RFC 5041
+    /// section 7.2), then RDMAP's access rights (RFC 5040 section 7.2) against both
+    /// the MR's and the QP's (`allowed`) permissions.
+    fn check(
+        &self,
+        pd: u32,
+        to: u64,
+        len: u64,
+        need: u32,
+        allowed: u32,
+    ) -> Result<u64, AccessError> {
         if !self.valid.load(Ordering::Acquire) {
             return Err(AccessError::InvalidStag);
         }
         if self.pd != pd {
             return Err(AccessError::WrongPd);
         }
-        if self.access & need != need {
-            return Err(AccessError::Access);
-        }
         let end = to.checked_add(len).ok_or(AccessError::Wrap)?;
         if to < self.iova || end > self.iova + self.len {
             return Err(AccessError::Bounds);
+        }
+        if self.access & allowed & need != need {
+            return Err(AccessError::Access);
         }
         Ok(self.addr + (to - self.iova))
     }
@@ -138,8 +148,24 @@ impl MrTable {
         need: u32,
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R, AccessError> {
+        self.with_mem_allowed(stag, pd, to, len, need, u32::MAX, f)
+    }
+
+    /// As [`MrTable::with_mem`], for a remote request on a QP whose
+    /// `qp_access_flags` are `allowed`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_mem_allowed<R>(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        len: usize,
+        need: u32,
+        allowed: u32,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, AccessError> {
         let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        let host = lookup(&s, stag)?.check(pd, to, len as u64, need)?;
+        let host = lookup(&s, stag)?.check(pd, to, len as u64, need, allowed)?;
         Ok(f(host as *mut u8))
     }
 
@@ -152,7 +178,20 @@ impl MrTable {
         data: &[u8],
         need: u32,
     ) -> Result<(), AccessError> {
-        self.with_mem(stag, pd, to, data.len(), need, |p| {
+        self.write_allowed(stag, pd, to, data, need, u32::MAX)
+    }
+
+    /// As [`MrTable::write`], for a remote request on a QP whose `qp_access_flags` are `allowed`.
+    pub fn write_allowed(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        data: &[u8],
+        need: u32,
+        allowed: u32,
+    ) -> Result<(), AccessError> {
+        self.with_mem_allowed(stag, pd, to, data.len(), need, allowed, |p| {
             // SAFETY: the range lies inside a registered MR (checked under the read lock,
             // which deregistration must wait for); registration is the owner's promise
             // that the memory stays mapped and writable while registered.

@@ -235,17 +235,10 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
     }
     match (hdr.kind, opcode) {
         (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::Write)) => {
-            if rx.access & IBV_ACCESS_REMOTE_WRITE == 0 {
-                return Err(access_fail(
-                    AccessError::Access,
-                    dhdr,
-                    "RDMA Write without remote write permission",
-                ));
-            }
             if !payload.is_empty() || hdr.last {
                 qp.sh
                     .mrs
-                    .write(stag, qp.pd, to, payload, IBV_ACCESS_REMOTE_WRITE)
+                    .write_allowed(stag, qp.pd, to, payload, IBV_ACCESS_REMOTE_WRITE, rx.access)
                     .map_err(|e| access_fail(e, dhdr, "RDMA Write refused"))?;
             }
             Ok(())
@@ -452,20 +445,13 @@ fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(),
     })?;
     let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| unexpected(dhdr))?;
     let rhdr = &payload[..rdmap::READ_REQUEST_LEN];
-    if rx.access & IBV_ACCESS_REMOTE_READ == 0 {
-        return Err(access_fail_r(
-            AccessError::Access,
-            dhdr,
-            rhdr,
-            "RDMA Read without remote read permission",
-        ));
-    }
-    if let Err(e) = qp.sh.mrs.with_mem(
+    if let Err(e) = qp.sh.mrs.with_mem_allowed(
         req.src_stag,
         qp.pd,
         req.src_to,
         req.size as usize,
         IBV_ACCESS_REMOTE_READ,
+        rx.access,
         |_| (),
     ) {
         return Err(access_fail_r(e, dhdr, rhdr, "RDMA Read refused"));

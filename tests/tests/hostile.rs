@@ -1,0 +1,451 @@
+//! Every byte from the network is hostile: a raw TCP peer, speaking MPA/DDP/RDMAP
+//! from frames built here by hand from the RFC figures (not with xiw's codecs),
+//! connects to an unmodified `ibv_rc_pingpong` on xiw and sends malformed
+//! FPDUs. Each must be answered with the RFC 5040 Terminate for that fault, the
+//! stream must then close, and the victim must fail its work cleanly: an error
+//! exit, never a signal, never a hang.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use xiw_tests::harness::{lo_device, port, serial, wait_until};
+
+/// Our pretend QPN: port 1, index 0, always lower than any real xiw QPN, so the
+/// victim waits for us to connect (the lower end initiates).
+const OUR_QPN: u32 = 0x100;
+const RECV_SIZE: usize = 64;
+
+fn crc32c_trailer(bytes: &[u8]) -> [u8; 4] {
+    crc32c::crc32c(bytes).to_le_bytes()
+}
+
+/// An FPDU: ULPDU length, ULPDU, pad to 4, CRC32c (RFC 5044 section 4).
+fn fpdu(ulpdu: &[u8], crc: bool) -> Vec<u8> {
+    let mut f = (ulpdu.len() as u16).to_be_bytes().to_vec();
+    f.extend_from_slice(ulpdu);
+    while f.len() % 4 != 0 {
+        f.push(0);
+    }
+    let t = if crc { crc32c_trailer(&f) } else { [0; 4] };
+    f.extend_from_slice(&t);
+    f
+}
+
+/// DDP control byte (RFC 5041 figure 3): T, L, reserved, DV.
+fn ddp_ctrl(tagged: bool, last: bool, version: u8) -> u8 {
+    (tagged as u8) << 7 | (last as u8) << 6 | (version & 3)
+}
+
+/// RDMAP control byte (RFC 5040 figure 3): RV, reserved, opcode.
+fn rdmap_ctrl(version: u8, opcode: u8) -> u8 {
+    (version & 3) << 6 | (opcode & 0x0f)
+}
+
+fn tagged(opcode: u8, stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
+    let mut u = vec![ddp_ctrl(true, true, 1), rdmap_ctrl(1, opcode)];
+    u.extend_from_slice(&stag.to_be_bytes());
+    u.extend_from_slice(&to.to_be_bytes());
+    u.extend_from_slice(payload);
+    u
+}
+
+#[allow(clippy::too_many_arguments)]
+fn untagged(
+    ddp_version: u8,
+    rdmap_version: u8,
+    opcode: u8,
+    word: u32,
+    qn: u32,
+    msn: u32,
+    mo: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut u = vec![
+        ddp_ctrl(false, true, ddp_version),
+        rdmap_ctrl(rdmap_version, opcode),
+    ];
+    for v in [word, qn, msn, mo] {
+        u.extend_from_slice(&v.to_be_bytes());
+    }
+    u.extend_from_slice(payload);
+    u
+}
+
+/// Terminate control (RFC 5040 figure 15): layer, error type, error code.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Cause(u8, u8, u8);
+
+/// Plays the client side of ibv_rc_pingpong's address exchange.
+fn exchange(port: u16) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("pingpong server never listened: {e}"),
+        }
+    };
+    // GID ::ffff:127.0.0.1 as four big-endian words in hex.
+    let msg = format!(
+        "{:04x}:{:06x}:{:06x}:{}\0",
+        0, OUR_QPN, 0x123456, "00000000000000000000ffff7f000001"
+    );
+    s.write_all(msg.as_bytes()).unwrap();
+    let mut reply = [0u8; 52];
+    s.read_exact(&mut reply).unwrap();
+    s.write_all(b"done\0").unwrap();
+    let text = String::from_utf8_lossy(&reply);
+    u32::from_str_radix(text.split(':').nth(1).expect("a QPN field"), 16).expect("hex QPN")
+}
+
+/// Connects to the victim QP and runs the MPA exchange as initiator; returns
+/// the stream and whether CRC is in use.
+fn mpa_connect(victim_qpn: u32, ask_crc: bool) -> (TcpStream, bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut s = loop {
+        match TcpStream::connect(("127.0.0.1", (victim_qpn >> 8) as u16)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("victim QP not reachable: {e}"),
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nodelay(true).unwrap();
+    // RFC 6581 IRD/ORD block: peer-to-peer, zero-length Write as ready-to-receive.
+    let mut pd = Vec::new();
+    pd.extend_from_slice(&(0x8000u16 | 4).to_be_bytes());
+    pd.extend_from_slice(&(0x8000u16 | 4).to_be_bytes());
+    pd.extend_from_slice(b"xiw1");
+    pd.extend_from_slice(&OUR_QPN.to_be_bytes());
+    pd.extend_from_slice(&victim_qpn.to_be_bytes());
+    let mut req = b"MPA ID Req Frame".to_vec();
+    req.push(if ask_crc { 0x40 } else { 0 } | 0x10);
+    req.push(2);
+    req.extend_from_slice(&(pd.len() as u16).to_be_bytes());
+    req.extend_from_slice(&pd);
+    s.write_all(&req).unwrap();
+    let mut hdr = [0u8; 20];
+    s.read_exact(&mut hdr).expect("an MPA reply");
+    assert_eq!(&hdr[..16], b"MPA ID Rep Frame");
+    assert_eq!(hdr[16] & 0x20, 0, "the victim rejected the connection");
+    assert_eq!(hdr[16] & 0x80, 0, "markers must never be used");
+    let crc = hdr[16] & 0x40 != 0;
+    let n = u16::from_be_bytes([hdr[18], hdr[19]]) as usize;
+    let mut rest = vec![0u8; n];
+    s.read_exact(&mut rest).unwrap();
+    // Ready-to-receive: a zero-length RDMA Write.
+    s.write_all(&fpdu(&tagged(0, 0, 0, &[]), crc)).unwrap();
+    (s, crc)
+}
+
+/// Reads until the victim closes; returns the Terminate causes it sent.
+fn read_terminates(s: &mut TcpStream) -> Vec<Cause> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                panic!("the victim neither terminated nor closed within 10 s")
+            }
+            Err(_) => break,
+        }
+    }
+    let mut causes = Vec::new();
+    let mut at = 0;
+    while at + 2 <= all.len() {
+        let len = u16::from_be_bytes([all[at], all[at + 1]]) as usize;
+        let total = (2 + len).div_ceil(4) * 4 + 4;
+        if at + total > all.len() || len < 18 {
+            break;
+        }
+        let u = &all[at + 2..at + 2 + len];
+        let is_untagged = u[0] & 0x80 == 0;
+        let qn = u32::from_be_bytes(u[6..10].try_into().unwrap());
+        if is_untagged && u[1] & 0x0f == 7 && qn == 2 {
+            let t = &u[18..];
+            causes.push(Cause(t[0] >> 4, t[0] & 0x0f, t[1]));
+        }
+        at += total;
+    }
+    causes
+}
+
+/// Runs one case: a fresh victim, the MPA exchange, then `attack`.
+fn case(
+    name: &str,
+    ask_crc: bool,
+    attack: impl FnOnce(&mut TcpStream, bool, u32),
+    expect: Option<Cause>,
+) {
+    let dev = lo_device();
+    let p = port();
+    let mut victim = dev.cmd("ibv_rc_pingpong");
+    victim
+        .args([
+            "-g",
+            "0",
+            "-p",
+            &p.to_string(),
+            "-n",
+            "1",
+            "-s",
+            &RECV_SIZE.to_string(),
+            "-r",
+            "1",
+        ])
+        .env("XIW_CONNECT_TIMEOUT_MS", "5000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = victim.spawn().expect("ibv_rc_pingpong");
+    let victim_qpn = exchange(p);
+    let (mut s, crc) = mpa_connect(victim_qpn, ask_crc);
+    attack(&mut s, crc, victim_qpn);
+    let causes = read_terminates(&mut s);
+    let (out, killed) = wait_until(child, Instant::now() + Duration::from_secs(15));
+    let log = format!(
+        "{name}: terminates {causes:?}\nvictim stdout:\n{}\nvictim stderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!killed, "victim hung: {log}");
+    assert_eq!(out.status.signal(), None, "victim died by a signal: {log}");
+    assert!(
+        !out.status.success(),
+        "victim claims success after a protocol attack: {log}"
+    );
+    if let Some(c) = expect {
+        assert_eq!(
+            causes.first(),
+            Some(&c),
+            "wrong or missing Terminate: {log}"
+        );
+    }
+}
+
+#[test]
+fn hostile_frames_get_the_right_terminate() {
+    let _g = serial();
+    // MPA: CRC mismatch (RFC 5044: LLP layer, MPA error, CRC error).
+    case(
+        "bad CRC",
+        true,
+        |s, crc, _| {
+            assert!(crc, "CRC was asked for and must be on");
+            let mut f = fpdu(&untagged(1, 1, 3, 0, 0, 1, 0, b"hello"), true);
+            let n = f.len();
+            f[n - 1] ^= 0xff;
+            s.write_all(&f).unwrap();
+        },
+        Some(Cause(2, 0, 2)),
+    );
+    // DDP version 2: untagged buffer error, invalid DDP version.
+    case(
+        "DDP version",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(2, 1, 3, 0, 0, 1, 0, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(1, 2, 6)),
+    );
+    // RDMAP version 0: remote operation error, invalid RDMAP version.
+    case(
+        "RDMAP version",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(1, 0, 3, 0, 0, 1, 0, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 5)),
+    );
+    // RDMA Write to an STag never advertised: DDP tagged buffer error, invalid STag.
+    case(
+        "unknown STag",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&tagged(0, 0x4242_4200, 0x1000, b"stray"), crc))
+                .unwrap()
+        },
+        Some(Cause(1, 1, 0)),
+    );
+    // Send with the wrong MSN: untagged buffer error, MSN out of range.
+    case(
+        "MSN",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(1, 1, 3, 0, 0, 5, 0, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(1, 2, 3)),
+    );
+    // Send on a queue that does not exist: invalid QN.
+    case(
+        "QN",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(1, 1, 3, 0, 9, 1, 0, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(1, 2, 1)),
+    );
+    // Send longer than the posted receive: message too long.
+    case(
+        "too long",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(
+                &untagged(1, 1, 3, 0, 0, 1, 0, &[7u8; RECV_SIZE + 1]),
+                crc,
+            ))
+            .unwrap()
+        },
+        Some(Cause(1, 2, 5)),
+    );
+    // First segment with a non-zero MO: invalid MO.
+    case(
+        "MO",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(1, 1, 3, 0, 0, 1, 8, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(1, 2, 4)),
+    );
+    // RDMA Read Request for an unknown source STag: remote protection error, invalid STag.
+    case(
+        "read STag",
+        true,
+        |s, crc, _| {
+            let mut req = Vec::new();
+            req.extend_from_slice(&0x100u32.to_be_bytes()); // sink STag
+            req.extend_from_slice(&0u64.to_be_bytes()); // sink TO
+            req.extend_from_slice(&4096u32.to_be_bytes()); // size
+            req.extend_from_slice(&0x4242_4200u32.to_be_bytes()); // source STag
+            req.extend_from_slice(&0u64.to_be_bytes()); // source TO
+            s.write_all(&fpdu(&untagged(1, 1, 1, 0, 1, 1, 0, &req), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 1, 0)),
+    );
+    // An opcode that is not RDMAP's (0xF) on an untagged queue: unexpected opcode.
+    case(
+        "opcode",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(1, 1, 0xf, 0, 0, 1, 0, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 6)),
+    );
+    // A Read Response nobody asked for: unexpected opcode.
+    case(
+        "stray read response",
+        true,
+        |s, crc, _| s.write_all(&fpdu(&tagged(2, 0x100, 0, b"x"), crc)).unwrap(),
+        Some(Cause(0, 2, 6)),
+    );
+    // A ULPDU too short to hold a DDP header: DDP local catastrophic.
+    case(
+        "short ULPDU",
+        true,
+        |s, crc, _| s.write_all(&fpdu(&[0x41, 0x43, 0, 0], crc)).unwrap(),
+        Some(Cause(1, 0, 0)),
+    );
+}
+
+#[test]
+fn random_garbage_never_crashes_the_victim() {
+    let _g = serial();
+    for seed in 1..=12u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        case(
+            &format!("garbage seed {seed}"),
+            rng.bool(),
+            |s, crc, _| {
+                // Mostly plausible frames with random fields, sometimes raw noise.
+                let mut out = Vec::new();
+                for _ in 0..rng.usize(1..8) {
+                    if rng.u8(..) < 40 {
+                        out.extend((0..rng.usize(1..200)).map(|_| rng.u8(..)));
+                    } else {
+                        let mut u: Vec<u8> = (0..rng.usize(2..120)).map(|_| rng.u8(..)).collect();
+                        u[0] = (u[0] & 0xc0) | 1;
+                        u[1] = (u[1] & 0x0f) | 0x40;
+                        out.extend(fpdu(&u, crc));
+                    }
+                }
+                let _ = s.write_all(&out);
+                // Half-close so a victim waiting for more bytes sees the end.
+                let _ = s.shutdown(std::net::Shutdown::Write);
+            },
+            None,
+        );
+    }
+}
+
+#[test]
+fn a_listener_is_not_an_open_door() {
+    // Connections that never speak MPA, or ask for another QP, are turned away
+    // without disturbing the QP.
+    let _g = serial();
+    let dev = lo_device();
+    let p = port();
+    let mut victim = dev.cmd("ibv_rc_pingpong");
+    victim
+        .args(["-g", "0", "-p", &p.to_string(), "-n", "1", "-s", "64"])
+        .env("XIW_CONNECT_TIMEOUT_MS", "5000")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = victim.spawn().expect("ibv_rc_pingpong");
+    let victim_qpn = exchange(p);
+    // A request naming a QP that does not exist is rejected.
+    let mut s = TcpStream::connect(("127.0.0.1", (victim_qpn >> 8) as u16)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut req = b"MPA ID Req Frame".to_vec();
+    req.extend_from_slice(&[0x10, 2, 0, 16]);
+    req.extend_from_slice(&[0x80, 4, 0x80, 4]);
+    req.extend_from_slice(b"xiw1");
+    req.extend_from_slice(&OUR_QPN.to_be_bytes());
+    req.extend_from_slice(&(victim_qpn ^ 0x7f).to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut hdr = [0u8; 20];
+    s.read_exact(&mut hdr).expect("a reply");
+    assert_eq!(&hdr[..16], b"MPA ID Rep Frame");
+    assert_ne!(
+        hdr[16] & 0x20,
+        0,
+        "a request for an unknown QP must be rejected"
+    );
+    // Noise on the listener is dropped.
+    let mut junk = TcpStream::connect(("127.0.0.1", (victim_qpn >> 8) as u16)).unwrap();
+    junk.write_all(&[0xffu8; 64]).unwrap();
+    drop(junk);
+    // The real peer still gets through, and a well-formed Send is delivered:
+    // the victim then completes its one iteration's receive.
+    let (mut s, crc) = mpa_connect(victim_qpn, false);
+    s.write_all(&fpdu(&untagged(1, 1, 3, 0, 0, 1, 0, &[1u8; 64]), crc))
+        .unwrap();
+    // Its own Send comes back to us; we have nothing posted, but we only read it.
+    let mut buf = [0u8; 256];
+    let n = s.read(&mut buf).expect("the victim's Send");
+    assert!(
+        n >= 2 + 18 + 64,
+        "expected the victim's 64-byte Send, got {n} bytes"
+    );
+    assert_eq!(buf[2] & 0x80, 0, "a Send is untagged");
+    assert_eq!(buf[3] & 0x0f, 3, "RDMAP opcode Send");
+    drop(s);
+    let (out, killed) = wait_until(child, Instant::now() + Duration::from_secs(15));
+    assert!(!killed, "victim hung");
+    assert_eq!(out.status.signal(), None);
+}
