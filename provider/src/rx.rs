@@ -235,7 +235,8 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
     }
     match (hdr.kind, opcode) {
         (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::Write)) => {
-            if !payload.is_empty() || hdr.last {
+            // A zero-length Write touches no memory, so its STag is not checked.
+            if !payload.is_empty() {
                 qp.sh
                     .mrs
                     .write_allowed(stag, qp.pd, to, payload, IBV_ACCESS_REMOTE_WRITE, rx.access)
@@ -445,15 +446,21 @@ fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(),
     })?;
     let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| unexpected(dhdr))?;
     let rhdr = &payload[..rdmap::READ_REQUEST_LEN];
-    if let Err(e) = qp.sh.mrs.with_mem_allowed(
-        req.src_stag,
-        qp.pd,
-        req.src_to,
-        req.size as usize,
-        IBV_ACCESS_REMOTE_READ,
-        rx.access,
-        |_| (),
-    ) {
+    // A zero-length Read touches no memory, so its source STag is not checked.
+    let checked = if req.size == 0 {
+        Ok(())
+    } else {
+        qp.sh.mrs.with_mem_allowed(
+            req.src_stag,
+            qp.pd,
+            req.src_to,
+            req.size as usize,
+            IBV_ACCESS_REMOTE_READ,
+            rx.access,
+            |_| (),
+        )
+    };
+    if let Err(e) = checked {
         return Err(access_fail_r(e, dhdr, rhdr, "RDMA Read refused"));
     }
     let mut tx = qp.lock_tx();
