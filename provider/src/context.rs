@@ -97,6 +97,8 @@ pub struct Shared {
     handles: Mutex<HashMap<u32, usize>>,
     ids: AtomicU32,
     ports: Mutex<Vec<PortSlot>>,
+    /// QPs with a failure waiting for the progress thread.
+    failed: Mutex<Vec<u32>>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_pending: AtomicU64,
 }
@@ -143,6 +145,7 @@ impl Shared {
             handles: Mutex::new(HashMap::new()),
             ids: AtomicU32::new(1),
             ports: Mutex::new(Vec::new()),
+            failed: Mutex::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),
             next_pending: AtomicU64::new(1),
         };
@@ -381,6 +384,25 @@ impl Shared {
 
     pub fn unwatch(&self, fd: RawFd) {
         let _ = self.epoll(libc::EPOLL_CTL_DEL, fd, 0, 0);
+    }
+
+    /// Queues `qpn` for [`Qp::apply_deferred`] on the progress thread.
+    pub fn defer_fail(&self, qpn: u32) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(qpn);
+        self.wake();
+    }
+
+    /// Applies every deferred failure; called by the progress thread, no locks held.
+    pub fn apply_deferred(&self) {
+        let failed = std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()));
+        for qpn in failed {
+            if let Some(qp) = self.qp(qpn) {
+                qp.apply_deferred();
+            }
+        }
     }
 
     pub fn wake(&self) {

@@ -85,6 +85,7 @@ pub fn run(sh: Arc<Shared>) {
                 }
             }
         }
+        sh.apply_deferred();
         pending = sh.expire_pending();
         if sh.has_timers.load(Ordering::Acquire) {
             let now = Instant::now();

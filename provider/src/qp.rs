@@ -84,6 +84,8 @@ pub struct Qp {
     pub destroyed: AtomicBool,
     /// First error status reported for the SQ head when the QP fails.
     pub last_error: AtomicU32,
+    /// A failure found where it could not be acted on (see [`Qp::defer_fail`]).
+    deferred: Mutex<Option<rx::Fail>>,
 }
 
 impl Qp {
@@ -137,6 +139,7 @@ impl Qp {
             handle: AtomicUsize::new(0),
             destroyed: AtomicBool::new(false),
             last_error: AtomicU32::new(IBV_WC_SUCCESS),
+            deferred: Mutex::new(None),
             sh,
         })
     }
@@ -319,7 +322,30 @@ impl Qp {
         self.flush();
     }
 
+    /// Records a failure for the progress thread to apply (the first one wins).
+    pub fn defer_fail(&self, f: rx::Fail) {
+        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        if d.is_none() {
+            *d = Some(f);
+            drop(d);
+            self.sh.defer_fail(self.qpn);
+        }
+    }
+
+    /// Applies a deferred failure; called with no locks held.
+    pub fn apply_deferred(&self) {
+        let f = self
+            .deferred
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(f) = f {
+            self.fail_with(f);
+        }
+    }
+
     /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
+    /// Must be called with none of this QP's locks held.
     pub fn fail_with(&self, f: rx::Fail) {
         if let Some(body) = f.term {
             let mut tx = self.lock_tx();

@@ -641,7 +641,8 @@ fn untagged(
 }
 
 /// Transmits on the calling thread if no one else is; otherwise leaves a note
-/// that the current holder picks up before it lets go.
+/// that the current holder picks up before it lets go. Callable with the QP's
+/// cm or rx lock held.
 pub fn kick(qp: &Qp) {
     qp.tx_want.store(true, Ordering::SeqCst);
     loop {
@@ -654,7 +655,9 @@ pub fn kick(qp: &Qp) {
         let r = tx.run(qp);
         drop(tx);
         if let Err(f) = r {
-            qp.fail_with(f);
+            // The caller may hold this QP's cm or rx lock, which failing takes:
+            // the progress thread applies the failure with no locks held.
+            qp.defer_fail(f);
             return;
         }
         if !qp.tx_want.load(Ordering::SeqCst) {

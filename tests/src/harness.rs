@@ -51,9 +51,16 @@ fn xiw_up(root: &Path, netns: Option<&str>, netdev: &str) -> PathBuf {
         .arg(root)
         .output()
         .expect("running `xiw up` (is xiw installed? run pkg/install.sh)");
-    assert!(out.status.success(), "xiw up failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "xiw up failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line = String::from_utf8_lossy(&out.stdout);
-    let path = line.trim().strip_prefix("export SYSFS_PATH=").expect("xiw up prints the SYSFS_PATH");
+    let path = line
+        .trim()
+        .strip_prefix("export SYSFS_PATH=")
+        .expect("xiw up prints the SYSFS_PATH");
     PathBuf::from(path.trim_matches('\''))
 }
 
@@ -73,12 +80,25 @@ pub fn serial() -> MutexGuard<'static, ()> {
     M.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A TCP port for an out-of-band exchange (perftest -p, ibv_rc_pingpong -p), unique per call.
+/// A TCP port for an out-of-band exchange (perftest -p, ibv_rc_pingpong -p),
+/// different on every call and free when returned. It lies below the kernel's
+/// ephemeral range, where the local end of some connection (xiw's QP streams
+/// among them) could already hold it and the tool's listen would fail.
 pub fn port() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    // Spread test binaries (one process each) over 20000..60000 by pid.
-    let base = 20000 + (std::process::id() % 400) as u16 * 100;
-    base + NEXT.fetch_add(1, Ordering::Relaxed) % 100
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(32768)
+        .clamp(12000, 65535);
+    let span = low - 10000;
+    loop {
+        let n = std::process::id().wrapping_mul(7919) + NEXT.fetch_add(1, Ordering::Relaxed) as u32;
+        let p = (10000 + n % span) as u16;
+        if std::net::TcpListener::bind(("0.0.0.0", p)).is_ok() {
+            return p;
+        }
+    }
 }
 
 /// True once something listens on TCP `port` in `netns` (read from /proc/net/tcp{,6}).
@@ -140,7 +160,9 @@ impl Pair {
 }
 
 fn spawn(mut c: Command) -> Child {
-    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c.spawn().unwrap_or_else(|e| panic!("spawning {c:?}: {e}"))
 }
 
@@ -168,21 +190,42 @@ pub fn wait_until(mut child: Child, deadline: Instant) -> (Output, bool) {
         let _ = s.read_to_end(&mut stderr);
     }
     let status = child.wait().expect("wait");
-    (Output { status, stdout, stderr }, killed)
+    (
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        killed,
+    )
 }
 
 /// Starts `server`, waits until it listens on `port` (in `server_ns`), starts
 /// `client`, and collects both. Anything still running at `timeout` is killed,
 /// so a hang fails the test instead of stalling it.
-pub fn run_pair(server: Command, server_ns: Option<&str>, port: u16, client: Command, timeout: Duration) -> Pair {
+pub fn run_pair(
+    server: Command,
+    server_ns: Option<&str>,
+    port: u16,
+    client: Command,
+    timeout: Duration,
+) -> Pair {
     let deadline = Instant::now() + timeout;
     let mut srv = spawn(server);
     while !listening(server_ns, port) {
         if Instant::now() >= deadline || matches!(srv.try_wait(), Ok(Some(_))) {
             let _ = srv.kill();
             let (server, _) = wait_until(srv, Instant::now());
-            let client = Output { status: server.status, stdout: Vec::new(), stderr: b"client never started".to_vec() };
-            return Pair { server, client, timed_out: true };
+            let client = Output {
+                status: server.status,
+                stdout: Vec::new(),
+                stderr: b"client never started".to_vec(),
+            };
+            return Pair {
+                server,
+                client,
+                timed_out: true,
+            };
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -190,7 +233,11 @@ pub fn run_pair(server: Command, server_ns: Option<&str>, port: u16, client: Com
     let (client, ct) = wait_until(cli, deadline);
     // Give the server a moment to finish after its client; kill it if it does not.
     let (server, st) = wait_until(srv, deadline.max(Instant::now() + Duration::from_secs(5)));
-    Pair { server, client, timed_out: ct || st }
+    Pair {
+        server,
+        client,
+        timed_out: ct || st,
+    }
 }
 
 /// Two hosts: network namespaces joined by a veth pair, each with an xiw device.
@@ -211,29 +258,254 @@ impl NetnsPair {
         let _ = Command::new("ip").args(["netns", "del", &na]).status();
         let _ = Command::new("ip").args(["netns", "del", &nb]).status();
         sh(&format!("ip netns add {na} && ip netns add {nb}"));
-        sh(&format!("ip link add {tag}va netns {na} type veth peer name {tag}vb netns {nb}"));
+        sh(&format!(
+            "ip link add {tag}va netns {na} type veth peer name {tag}vb netns {nb}"
+        ));
         let (aa, ab) = (format!("10.{net}.0.1"), format!("10.{net}.0.2"));
         sh(&format!("ip -n {na} addr add {aa}/24 dev {tag}va && ip -n {na} link set {tag}va up && ip -n {na} link set lo up"));
         sh(&format!("ip -n {nb} addr add {ab}/24 dev {tag}vb && ip -n {nb} link set {tag}vb up && ip -n {nb} link set lo up"));
         let a = Device {
-            sysfs: xiw_up(&PathBuf::from(format!("/run/xiw/tests-{na}")), Some(&na), &format!("{tag}va")),
+            sysfs: xiw_up(
+                &PathBuf::from(format!("/run/xiw/tests-{na}")),
+                Some(&na),
+                &format!("{tag}va"),
+            ),
             netns: Some(na.clone()),
             addr: aa,
         };
         let b = Device {
-            sysfs: xiw_up(&PathBuf::from(format!("/run/xiw/tests-{nb}")), Some(&nb), &format!("{tag}vb")),
+            sysfs: xiw_up(
+                &PathBuf::from(format!("/run/xiw/tests-{nb}")),
+                Some(&nb),
+                &format!("{tag}vb"),
+            ),
             netns: Some(nb.clone()),
             addr: ab,
         };
-        NetnsPair { a, b, names: [na, nb] }
+        NetnsPair {
+            a,
+            b,
+            names: [na, nb],
+        }
     }
 }
 
 impl Drop for NetnsPair {
     fn drop(&mut self) {
         for (dev, ns) in [(&self.a, &self.names[0]), (&self.b, &self.names[1])] {
-            let _ = Command::new("ip").args(["netns", "exec", ns, "xiw", "down", "--root"]).arg(&dev.sysfs).status();
+            let _ = Command::new("ip")
+                .args(["netns", "exec", ns, "xiw", "down", "--root"])
+                .arg(&dev.sysfs)
+                .status();
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
     }
+}
+
+/// A device on `netdev` (current namespace) in a tree of the caller's own at
+/// `root`, reached at `addr`: for programs that must not share (and so must
+/// not replace) the tree of [`lo_device`]. `xiw up` replaces an earlier tree at
+/// the same `root`.
+pub fn device_at(root: &Path, netdev: &str, addr: &str) -> Device {
+    Device {
+        sysfs: xiw_up(root, None, netdev),
+        netns: None,
+        addr: addr.into(),
+    }
+}
+
+/// Removes the tree at `root` made by [`device_at`] (errors ignored).
+pub fn device_down(root: &Path) {
+    let _ = Command::new("xiw")
+        .args(["down", "--root"])
+        .arg(root)
+        .stdout(Stdio::null())
+        .status();
+}
+
+// ---- Tool pairs: ibv_*_pingpong and perftest --------------------------------
+
+/// Runs `tool` as a server on `server` and as a client on `client` that
+/// connects to `server.addr`. Both get `-d xiw0 -p PORT` (a fresh [`port`]),
+/// `-g 0` for the `ibv_*_pingpong` tools (iWARP has no GID-less mode), then
+/// `args`.
+pub fn run_tool_pair(
+    tool: &str,
+    server: &Device,
+    client: &Device,
+    args: &[&str],
+    timeout: Duration,
+) -> Pair {
+    let port = port();
+    let build = |dev: &Device, peer: Option<&str>| {
+        let mut c = dev.cmd(tool);
+        c.args(["-d", "xiw0", "-p", &port.to_string()]);
+        if tool.starts_with("ibv_") {
+            c.args(["-g", "0"]);
+        }
+        c.args(args);
+        if let Some(addr) = peer {
+            c.arg(addr);
+        }
+        c
+    };
+    run_pair(
+        build(server, None),
+        server.netns.as_deref(),
+        port,
+        build(client, Some(&server.addr)),
+        timeout,
+    )
+}
+
+/// Checks a successful `ibv_{rc,srq}_pingpong` pair of `iters` exchanges of
+/// `size` bytes: both exit 0, print nothing on stderr, and report
+/// `<2*size*iters> bytes in ...` and `<iters> iters in ... usec/iter` with a
+/// positive time per iteration; the server saw no invalid data (`-c`).
+pub fn check_pingpong(pair: &Pair, size: u64, iters: u64) -> Result<(), String> {
+    if pair.timed_out {
+        return Err("timed out (killed)".into());
+    }
+    let bytes = format!("{} bytes in ", 2 * size * iters);
+    let iters_in = format!("{iters} iters in ");
+    for (side, out) in [("server", &pair.server), ("client", &pair.client)] {
+        if !out.status.success() {
+            return Err(format!("{side} exited with {:?}", out.status));
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !stderr.trim().is_empty() {
+            return Err(format!("{side} wrote to stderr: {stderr}"));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.contains("invalid data") {
+            return Err(format!("{side} reported invalid data"));
+        }
+        if !text.lines().any(|l| l.starts_with(&bytes)) {
+            return Err(format!("{side} did not print `{bytes}...`"));
+        }
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&iters_in))
+            .ok_or_else(|| format!("{side} did not print `{iters_in}...`"))?;
+        // "200 iters in 0.03 seconds = 161.83 usec/iter"
+        let usec = line
+            .split_whitespace()
+            .nth(6)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| format!("{side}: cannot parse `{line}`"))?;
+        if !(usec > 0.0) || !line.ends_with("usec/iter") {
+            return Err(format!("{side}: bad iteration line `{line}`"));
+        }
+    }
+    Ok(())
+}
+
+/// The message sizes `perftest -a` runs: 2 B to 8 MiB, powers of two (23).
+pub fn perftest_all_sizes() -> Vec<u64> {
+    (1..=23).map(|k| 1u64 << k).collect()
+}
+
+/// The result rows of a perftest report: lines that start with a space and a
+/// digit, as numbers.
+pub fn perftest_rows(text: &str) -> Result<Vec<Vec<f64>>, String> {
+    text.lines()
+        .filter(|l| l.starts_with(' ') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| {
+            l.split_whitespace()
+                .map(|v| {
+                    v.parse::<f64>()
+                        .map_err(|_| format!("unparsable row `{l}`"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Benign stderr lines of perftest: it does not know xiw's vendor id, so the
+/// read tests turn inline data off (they would not use it anyway).
+const PERFTEST_BENIGN: &[&str] =
+    &["Device not recognized to implement inline feature. Disabling it"];
+
+/// Checks one perftest table: rows for exactly `sizes` (in order), each with
+/// `iters` in the #iterations column and positive numbers elsewhere, except
+/// the columns in `may_be_zero`.
+fn check_rows(text: &str, sizes: &[u64], iters: u64, may_be_zero: &[usize]) -> Result<(), String> {
+    let rows = perftest_rows(text)?;
+    let got: Vec<u64> = rows.iter().map(|r| r[0] as u64).collect();
+    if got != sizes {
+        return Err(format!("rows for sizes {got:?}, expected {sizes:?}"));
+    }
+    for r in &rows {
+        if r.len() < 5 || r[1] as u64 != iters {
+            return Err(format!(
+                "row {r:?}: expected {iters} iterations and >= 5 columns"
+            ));
+        }
+        for (i, v) in r.iter().enumerate() {
+            if !(*v > 0.0 || may_be_zero.contains(&i) && *v == 0.0) {
+                return Err(format!("row {r:?}: column {i} is not positive"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a perftest pair run with message `sizes` (all of
+/// [`perftest_all_sizes`] for `-a`) and `iters` in the #iterations column
+/// (`-n` times the number of QPs for the bandwidth tests).
+///
+/// The client must print a row per size. Servers differ: the latency tests
+/// of write and send print every row, `ib_read_lat`'s server prints none, and
+/// the servers of `ib_write_bw`/`ib_read_bw` print only the last size;
+/// `ib_send_bw`'s server prints every row with 0.00 in "BW peak" (it does
+/// not measure it). stderr may hold only [`PERFTEST_BENIGN`] lines.
+///
+/// KNOWN perftest bug, not xiw's: over iWARP without `-R`, `ib_send_bw`
+/// registers a credit MR that it never deregisters, so its teardown fails on
+/// any provider (the kernel answers EBUSY too): it prints
+/// "Failed to deallocate PD - <strerror(errno)>" and
+/// "Couldn't destroy all SEND resources" and exits 1. For `ib_send_bw` exactly
+/// that (on either side) is accepted after a complete table; nothing else.
+pub fn check_perftest(tool: &str, pair: &Pair, sizes: &[u64], iters: u64) -> Result<(), String> {
+    if pair.timed_out {
+        return Err("timed out (killed)".into());
+    }
+    let lat = tool.ends_with("_lat");
+    // Latency rows: t_stdev (column 6) may be 0 for a perfectly steady size.
+    let stdev: &[usize] = if lat { &[6] } else { &[] };
+    let server_sizes: &[u64] = match tool {
+        "ib_write_lat" | "ib_send_lat" | "ib_send_bw" => sizes,
+        "ib_read_lat" => &[],
+        _ => &sizes[sizes.len() - 1..],
+    };
+    let server_zero: &[usize] = if tool == "ib_send_bw" { &[2] } else { stdev };
+    for (side, out, want, zero) in [
+        ("client", &pair.client, sizes, stdev),
+        ("server", &pair.server, server_sizes, server_zero),
+    ] {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let errs: Vec<&str> = stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !PERFTEST_BENIGN.contains(l))
+            .collect();
+        let teardown_bug = tool == "ib_send_bw"
+            && out.status.code() == Some(1)
+            && errs.len() == 2
+            && errs[0].starts_with("Failed to deallocate PD - ")
+            && errs[1] == "Couldn't destroy all SEND resources";
+        if !(out.status.success() && errs.is_empty() || teardown_bug) {
+            return Err(format!(
+                "{side} failed ({:?}); stderr: {errs:?}",
+                out.status
+            ));
+        }
+        for bad in ["Couldn't", "Failed", "rror", "Unable", "failed"] {
+            if let Some(l) = stdout.lines().find(|l| l.contains(bad)) {
+                return Err(format!("{side} printed `{l}`"));
+            }
+        }
+        check_rows(&stdout, want, iters, zero).map_err(|e| format!("{side}: {e}"))?;
+    }
+    Ok(())
 }

@@ -26,7 +26,7 @@ fn crc32c_trailer(bytes: &[u8]) -> [u8; 4] {
 fn fpdu(ulpdu: &[u8], crc: bool) -> Vec<u8> {
     let mut f = (ulpdu.len() as u16).to_be_bytes().to_vec();
     f.extend_from_slice(ulpdu);
-    while f.len() % 4 != 0 {
+    while !f.len().is_multiple_of(4) {
         f.push(0);
     }
     let t = if crc { crc32c_trailer(&f) } else { [0; 4] };
