@@ -13,37 +13,14 @@
 //! xiw-verbs-check integrity --port 18515 --server 127.0.0.1 --qps 4 --ops 200 --seed 1
 //! ```
 
-use std::net::TcpListener;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use xiw_tests::harness::{lo_device, run_pair, serial, Device, NetnsPair, Pair};
+use xiw_tests::harness::{lo_device, port, run_pair, serial, Device, NetnsPair, Pair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xiw-verbs-check");
 /// The program's own watchdog, well inside the pair's timeout.
 const WATCHDOG_S: u64 = 50;
 const TIMEOUT: Duration = Duration::from_secs(58);
-
-/// A TCP port for the pair's out-of-band connection, below the kernel's
-/// ephemeral range: `harness::port()` can land inside that range, where the
-/// local end of some TCP connection (xiw's QP streams included) may already
-/// hold the port and the server's listen fails with EADDRINUSE.
-fn oob_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(32768)
-        .clamp(12000, 65535);
-    let span = low - 10000;
-    loop {
-        let n = std::process::id().wrapping_mul(7919) + NEXT.fetch_add(1, Ordering::Relaxed);
-        let p = (10000 + n % span) as u16;
-        if TcpListener::bind(("0.0.0.0", p)).is_ok() {
-            return p;
-        }
-    }
-}
 
 fn seed(default: u64) -> u64 {
     std::env::var("XIW_VERBS_SEED")
@@ -53,7 +30,7 @@ fn seed(default: u64) -> u64 {
 }
 
 fn integrity_pair(server: &Device, client: &Device, qps: usize, ops: usize, seed: u64) -> Pair {
-    let p = oob_port();
+    let p = port();
     let mut srv = server.cmd(BIN);
     srv.args(["integrity", "--port", &p.to_string()]);
     srv.args(["--timeout", &WATCHDOG_S.to_string()]);
