@@ -1,12 +1,13 @@
 //! Completion queues: a ring of [`Cqe`] filled by the engine, drained by `poll_cq`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use parking_lot::lock_api::RawMutex as _;
 
 use xiw_abi::ring::*;
 
+use crate::qp::Qp;
 use crate::queue::Ring;
 
 pub struct Cq {
@@ -16,6 +17,9 @@ pub struct Cq {
     consume: parking_lot::Mutex<()>,
     /// Set when a completion could not be stored; the CQ is then in error.
     pub overflowed: AtomicBool,
+    /// QPs whose completions land here, for [`Cq::assist`].
+    qps: Mutex<Vec<Weak<Qp>>>,
+    next_assist: AtomicUsize,
 }
 
 impl Cq {
@@ -26,6 +30,8 @@ impl Cq {
             produce: Mutex::new(()),
             consume: parking_lot::Mutex::new(()),
             overflowed: AtomicBool::new(false),
+            qps: Mutex::new(Vec::new()),
+            next_assist: AtomicUsize::new(0),
         })
     }
 
@@ -94,6 +100,28 @@ impl Cq {
     /// With the consumer lock held: consumes the completion at the consumer index.
     pub fn advance(&self) {
         self.ring.release(self.ring.consumer().wrapping_add(1));
+    }
+
+    pub fn attach(&self, qp: &Arc<Qp>) {
+        let mut qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        qps.retain(|w| w.strong_count() > 0);
+        qps.push(Arc::downgrade(qp));
+    }
+
+    /// An application polled this CQ and found it empty: let that thread do
+    /// the data-path work of one of the CQ's QPs (round-robin).
+    pub fn assist(&self) {
+        let qp = {
+            let Ok(qps) = self.qps.try_lock() else { return };
+            if qps.is_empty() {
+                return;
+            }
+            let i = self.next_assist.fetch_add(1, Ordering::Relaxed) % qps.len();
+            qps[i].upgrade()
+        };
+        if let Some(qp) = qp {
+            qp.assist();
+        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -79,6 +79,8 @@ pub struct Qp {
     pub tx: Mutex<tx::Tx>,
     /// Someone asked for transmission while the `tx` lock was held.
     pub tx_want: AtomicBool,
+    /// The socket was full last time: bytes are waiting to go out.
+    pub tx_blocked: AtomicBool,
     /// The `ibv_qp` the application holds, for async events; 0 once destroyed.
     pub handle: AtomicUsize,
     pub destroyed: AtomicBool,
@@ -136,6 +138,7 @@ impl Qp {
             rx: Mutex::new(rx::Rx::default()),
             tx: Mutex::new(tx::Tx::new(entries)),
             tx_want: AtomicBool::new(false),
+            tx_blocked: AtomicBool::new(false),
             handle: AtomicUsize::new(0),
             destroyed: AtomicBool::new(false),
             last_error: AtomicU32::new(IBV_WC_SUCCESS),
@@ -320,6 +323,22 @@ impl Qp {
             }
         }
         self.flush();
+    }
+
+    /// Data-path work done by an application thread that polls an empty CQ of
+    /// this QP: finish a blocked transmission and take in whatever has arrived,
+    /// so a busy-polling application moves its own data instead of waiting for
+    /// the progress thread to be scheduled. Called with no locks held.
+    pub fn assist(&self) {
+        if self.destroyed.load(Ordering::Acquire) {
+            return;
+        }
+        if self.tx_blocked.load(Ordering::Acquire) {
+            tx::kick(self);
+        }
+        if let Err(f) = rx::poll_readable(self) {
+            self.fail_with(f);
+        }
     }
 
     /// Records a failure for the progress thread to apply (the first one wins).

@@ -93,7 +93,19 @@ impl Rx {
 /// The buffer starts small and grows (up to `RX_BUF_MAX`) only while the stream
 /// keeps it full or an FPDU needs the room, so an idle QP holds little memory.
 pub fn on_readable(qp: &Qp) -> Result<(), Fail> {
-    let mut rx = qp.lock_rx();
+    read_stream(qp, qp.lock_rx())
+}
+
+/// As [`on_readable`], unless another thread is receiving on this QP already.
+pub fn poll_readable(qp: &Qp) -> Result<(), Fail> {
+    match qp.rx.try_lock() {
+        Ok(rx) => read_stream(qp, rx),
+        Err(std::sync::TryLockError::WouldBlock) => Ok(()),
+        Err(std::sync::TryLockError::Poisoned(p)) => read_stream(qp, p.into_inner()),
+    }
+}
+
+fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
     loop {
         if rx.start > 0 {

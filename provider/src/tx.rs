@@ -170,6 +170,7 @@ impl Tx {
     fn arm_out(&mut self, qp: &Qp, fd: i32, on: bool) {
         if self.want_out != on {
             self.want_out = on;
+            qp.tx_blocked.store(on, Ordering::Release);
             qp.sh.watch_data(fd, qp.qpn, on);
         }
     }

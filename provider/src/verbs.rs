@@ -547,10 +547,19 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc) -> i32 {
         }
         // SAFETY: cq is ours.
         let c = unsafe { cq_of(cq) };
-        c.cq.poll(n as usize, |i, cqe| {
-            // SAFETY: the caller provides room for `n` completions; i < n.
-            fill_wc(unsafe { &mut *wc.add(i) }, cqe)
-        }) as i32
+        let poll = || {
+            c.cq.poll(n as usize, |i, cqe| {
+                // SAFETY: the caller provides room for `n` completions; i < n.
+                fill_wc(unsafe { &mut *wc.add(i) }, cqe)
+            })
+        };
+        match poll() {
+            0 if n > 0 => {
+                c.cq.assist();
+                poll() as i32
+            }
+            got => got as i32,
+        }
     })
 }
 
@@ -598,6 +607,9 @@ unsafe extern "C" fn cq_start_poll(cq: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_a
     guard(libc::EIO, || {
         // SAFETY: cq is ours.
         let c = unsafe { cq_ex(cq) };
+        if c.cq.is_empty() {
+            c.cq.assist();
+        }
         c.cq.lock_consumer();
         // SAFETY: lock held.
         let r = unsafe { cq_load(cq, c) };
@@ -958,6 +970,10 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
     c.max_recv_sge = caps.max_recv_sge;
     c.max_inline_data = caps.max_inline;
     let q = Arc::new(q);
+    q.send_cq.attach(&q);
+    if !Arc::ptr_eq(&q.send_cq, &q.recv_cq) {
+        q.recv_cq.attach(&q);
+    }
     let qpn = q.qpn;
     // SAFETY: verbs_qp is plain data; all-zero is a valid starting value.
     let mut v: verbs_qp = unsafe { std::mem::zeroed() };
