@@ -27,8 +27,9 @@ const PD_LEN: usize = 12;
 pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
     let fd = socket_for(addr)?;
     bind(fd.as_raw_fd(), SocketAddr::new(addr, 0))?;
+    // Many QPs may connect at once (perftest -q, MPI): use the system's limit.
     // SAFETY: plain syscall on a socket we own.
-    if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
+    if unsafe { libc::listen(fd.as_raw_fd(), libc::SOMAXCONN) } != 0 {
         return Err(io::Error::last_os_error());
     }
     let port = local_addr(fd.as_raw_fd())?.port();

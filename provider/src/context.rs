@@ -182,6 +182,18 @@ impl Shared {
             .any(|q| f(q))
     }
 
+    /// Trims idle QPs' buffers; true while some QP still holds large ones.
+    pub fn trim(&self) -> bool {
+        let qps: Vec<Arc<Qp>> = self
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        qps.iter().fold(false, |big, qp| qp.trim() | big)
+    }
+
     /// Makes a new QP reachable by number.
     pub fn register_qp(&self, qp: Arc<Qp>) {
         self.qps

@@ -6,12 +6,15 @@ use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use xiw_abi::verbs::*;
 
 use crate::context::*;
 use crate::{rx, tx};
+
+/// How often idle QPs give back their staging buffers.
+const TRIM_PERIOD: Duration = Duration::from_secs(1);
 
 pub fn run(sh: Arc<Shared>) {
     if sh.cfg.rt_prio > 0 {
@@ -31,14 +34,16 @@ pub fn run(sh: Arc<Shared>) {
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
     let mut last_activity = Instant::now();
     let mut pending = false;
+    let mut last_trim = Instant::now();
+    let mut may_trim = false;
     loop {
         let spinning = !sh.cfg.spin.is_zero() && last_activity.elapsed() < sh.cfg.spin;
         let timeout = if spinning {
             0
         } else if sh.has_timers.load(Ordering::Acquire) {
             20
-        } else if pending {
-            1000
+        } else if pending || may_trim {
+            TRIM_PERIOD.as_millis() as i32
         } else {
             -1
         };
@@ -56,6 +61,7 @@ pub fn run(sh: Arc<Shared>) {
         }
         if n > 0 {
             last_activity = Instant::now();
+            may_trim = true;
         }
         for ev in &events[..n.max(0) as usize] {
             let (tok, bits) = (ev.u64, ev.events);
@@ -87,6 +93,10 @@ pub fn run(sh: Arc<Shared>) {
         }
         sh.apply_deferred();
         pending = sh.expire_pending();
+        if last_trim.elapsed() >= TRIM_PERIOD {
+            last_trim = Instant::now();
+            may_trim = sh.trim();
+        }
         if sh.has_timers.load(Ordering::Acquire) {
             let now = Instant::now();
             let mut keep = Vec::new();

@@ -341,6 +341,14 @@ impl Qp {
         }
     }
 
+    /// Frees staging buffers left over from traffic once the QP has been idle
+    /// for a trim period; true while it still holds large ones.
+    pub fn trim(&self) -> bool {
+        let rx = self.rx.try_lock().map(|mut r| r.trim()).unwrap_or(true);
+        let tx = self.tx.try_lock().map(|mut t| t.trim()).unwrap_or(true);
+        rx || tx
+    }
+
     /// Records a failure for the progress thread to apply (the first one wins).
     pub fn defer_fail(&self, f: rx::Fail) {
         let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());

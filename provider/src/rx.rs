@@ -69,6 +69,8 @@ pub struct Rx {
     msn: [u32; 3],
     pub cur: Option<RecvJob>,
     placed: u64,
+    /// Bytes came in since the last trim pass.
+    active: bool,
 }
 
 /// Receive buffer bounds: the largest FPDU (2 + 65535 + pad + CRC) always fits.
@@ -76,6 +78,17 @@ const RX_BUF_MIN: usize = 16 * 1024;
 const RX_BUF_MAX: usize = 256 * 1024;
 
 impl Rx {
+    /// Frees the buffer of a QP that received nothing since the last pass;
+    /// true while it still holds a large one.
+    pub fn trim(&mut self) -> bool {
+        let idle = !std::mem::replace(&mut self.active, false);
+        if idle && self.start == self.buf.len() && self.buf.capacity() > RX_BUF_MIN {
+            self.buf = Vec::new();
+            self.start = 0;
+        }
+        self.buf.capacity() > RX_BUF_MIN
+    }
+
     pub fn established(fd: i32, crc: bool, expect_rtr: bool, access: u32) -> Rx {
         Rx {
             fd: Some(fd),
@@ -143,6 +156,7 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
                 _ => return Err(Fail::stream(format!("recv: {e}"))),
             }
         }
+        rx.active = true;
         let len = rx.buf.len() + n as usize;
         // SAFETY: recv initialised the first `n` bytes of the spare capacity.
         unsafe { rx.buf.set_len(len) };

@@ -18,6 +18,8 @@ use crate::wire::{ddp, mpa, rdmap};
 
 /// Bytes framed per round before they are written.
 const BATCH: usize = 256 * 1024;
+/// A staging buffer up to this size is kept when its QP goes idle.
+const TRIM_KEEP: usize = 16 * 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Slot {
@@ -82,6 +84,8 @@ pub struct Tx {
     /// Control FPDU (ready-to-receive) to send first.
     pub rtr: bool,
     want_out: bool,
+    /// Bytes went out since the last trim pass.
+    active: bool,
     /// The peer's IRD from the MPA exchange; ORD never exceeds it (RFC 6581 section 7).
     pub peer_ird: u32,
 }
@@ -109,8 +113,20 @@ impl Tx {
             term: None,
             rtr: false,
             want_out: false,
+            active: false,
             peer_ird: 1,
         }
+    }
+
+    /// Frees the staging buffer of a QP that sent nothing since the last pass;
+    /// true while it still holds a large one.
+    pub fn trim(&mut self) -> bool {
+        let idle = !std::mem::replace(&mut self.active, false);
+        if idle && self.off == self.buf.len() && self.buf.capacity() > TRIM_KEEP {
+            self.buf = Vec::new();
+            self.off = 0;
+        }
+        self.buf.capacity() > TRIM_KEEP
     }
 
     /// Bytes framed but not yet taken by the socket.
@@ -152,6 +168,7 @@ impl Tx {
                 }
                 self.off += n as usize;
                 self.written += n as u64;
+                self.active = true;
                 if self.off == self.buf.len() {
                     self.buf.clear();
                     self.off = 0;
