@@ -1,1 +1,809 @@
-fn main() {}
+//! `xiw-bench`: xiw against the floor of plain TCP on the same loopback path.
+//!
+//! One run measures, two processes each:
+//! - xiw through unmodified perftest: ib_write_lat 2 B and 4 KB, ib_read_lat
+//!   2 B (t_typical), ib_write_bw 64 KB and 1 MB, ib_send_bw 1 MB (BW average);
+//! - the floor, a TCP program of its own (re-executing itself as
+//!   `floor-server` / `floor-client`): ping-pong one-way latency, busy-polling
+//!   and blocking, and stream bandwidth;
+//! - the ratios against the targets (latency <= 1.5x floor, bandwidth >= 0.7x
+//!   stream);
+//! - resident memory per connected QP (`qpmem-server` / `qpmem-client`).
+//!
+//! It prints Markdown tables and exits 0, or 1 when something could not be
+//! measured. It is a benchmark, not a test: it asserts nothing.
+//!
+//! Needs root, the installed provider (pkg/install.sh) and perftest; it makes
+//! its own device tree (`--root`, default /run/xiw/bench) and removes it after.
+
+#[path = "../bench/floor.rs"]
+mod floor;
+#[path = "../bench/perftest.rs"]
+mod perftest;
+#[path = "../bench/qpmem.rs"]
+mod qpmem;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use xiw_tests::harness::{self, Device};
+
+use floor::{Mode, Spec};
+use perftest::Column;
+
+const USAGE: &str = "\
+usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--root DIR]
+
+  --quick       one round of a fifth of the iterations (~15 s instead of
+                1-2 min; noisier)
+  --spin-us N   XIW_SPIN_US=N for the xiw processes (progress-thread busy-poll
+                budget after activity; default: inherited, else the provider's 0)
+  --no-crc      XIW_CRC=0 for the xiw processes (no MPA CRC)
+  --repeat N    rounds: every measurement N times, round-robin, report the
+                median and range (default 3, with --quick 1)
+  --qps N       QPs for the memory measurement (default 1000)
+  --root DIR    device tree to make and remove (default /run/xiw/bench)
+
+Other XIW_* variables in the environment reach the xiw processes unchanged.";
+
+/// Longest any one pair may run (a hang is killed and reported).
+const PAIR_TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Opts {
+    quick: bool,
+    spin_us: Option<u64>,
+    no_crc: bool,
+    repeat: usize,
+    qps: usize,
+    root: PathBuf,
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        quick: false,
+        spin_us: None,
+        no_crc: false,
+        repeat: 0,
+        qps: 1000,
+        root: PathBuf::from("/run/xiw/bench"),
+    };
+    let mut it = args.iter();
+    let mut repeat = None;
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| it.next().cloned().ok_or(format!("{name} needs a value"));
+        let num = |s: String| s.parse::<u64>().map_err(|e| format!("{s}: {e}"));
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--no-crc" => o.no_crc = true,
+            "--spin-us" => o.spin_us = Some(num(val(a)?)?),
+            "--repeat" => repeat = Some(num(val(a)?)?.max(1) as usize),
+            "--qps" => o.qps = num(val(a)?)?.max(2) as usize,
+            "--root" => o.root = PathBuf::from(val(a)?),
+            "-h" | "--help" => return Err(String::new()),
+            _ => return Err(format!("unknown argument {a}")),
+        }
+    }
+    o.repeat = repeat.unwrap_or(if o.quick { 1 } else { 3 });
+    Ok(o)
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// The median of `repeat` values and their range, if any run gave one.
+#[derive(Clone, Copy, Default)]
+struct Value {
+    mid: Option<f64>,
+    min: f64,
+    max: f64,
+    runs: usize,
+}
+
+impl Value {
+    fn of(v: Vec<f64>) -> Value {
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let runs = v.len();
+        Value {
+            mid: median(v),
+            min,
+            max,
+            runs,
+        }
+    }
+
+    fn show(&self, decimals: usize) -> String {
+        match self.mid {
+            None => "n/a".into(),
+            Some(m) if self.runs > 1 => {
+                format!(
+                    "{m:.decimals$} ({:.decimals$}-{:.decimals$})",
+                    self.min, self.max
+                )
+            }
+            Some(m) => format!("{m:.decimals$}"),
+        }
+    }
+}
+
+/// A Markdown table, padded so that it also reads aligned as plain text.
+struct Table {
+    head: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(head: &[&str]) -> Table {
+        Table {
+            head: head.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn print(&self) {
+        let n = self.head.len();
+        let w: Vec<usize> = (0..n)
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                    .chain([self.head[i].chars().count(), 3])
+                    .max()
+                    .unwrap_or(3)
+            })
+            .collect();
+        let line = |cells: &[String]| {
+            let mut s = String::from("|");
+            for (i, wi) in w.iter().enumerate() {
+                let c = cells.get(i).map_or("", String::as_str);
+                let pad = wi - c.chars().count();
+                if i == 0 {
+                    s.push_str(&format!(" {c}{} |", " ".repeat(pad)));
+                } else {
+                    s.push_str(&format!(" {}{c} |", " ".repeat(pad)));
+                }
+            }
+            s
+        };
+        println!("{}", line(&self.head));
+        let mut sep = String::from("|");
+        for (i, wi) in w.iter().enumerate() {
+            if i == 0 {
+                sep.push_str(&format!("{}|", "-".repeat(wi + 2)));
+            } else {
+                sep.push_str(&format!("{}:|", "-".repeat(wi + 1)));
+            }
+        }
+        println!("{sep}");
+        for r in &self.rows {
+            println!("{}", line(r));
+        }
+        println!();
+    }
+}
+
+struct Bench {
+    o: Opts,
+    dev: Device,
+    exe: PathBuf,
+    env: Vec<(String, String)>,
+    notes: Vec<String>,
+    /// Every value measured, by name (one per repetition).
+    acc: BTreeMap<String, Vec<f64>>,
+}
+
+/// The result of a floor client, `key=value` pairs after `RESULT`.
+fn result_field(out: &str, key: &str) -> Option<f64> {
+    let line = out.lines().find(|l| l.starts_with("RESULT "))?;
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+}
+
+impl Bench {
+    fn self_cmd(&self, args: &[String]) -> Command {
+        let mut c = self.dev.cmd(self.exe.to_str().expect("exe path"));
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c.args(args);
+        c
+    }
+
+    fn record(&mut self, key: String, v: Option<f64>) {
+        let e = self.acc.entry(key).or_default();
+        e.extend(v);
+    }
+
+    /// The values recorded under `key`.
+    fn val(&self, key: &str) -> Value {
+        Value::of(self.acc.get(key).cloned().unwrap_or_default())
+    }
+
+    /// Keys that are expected but have no value at all.
+    fn missing(&self) -> Vec<&str> {
+        self.acc
+            .iter()
+            .filter(|(_, v)| v.is_empty())
+            .map(|(k, _)| k.as_str())
+            .collect()
+    }
+
+    /// One perftest pair; records `key.typ` and `key.p99` (latency) or `key.bw`.
+    fn perftest(&mut self, key: &str, tool: &'static str, size: usize, iters: usize) {
+        const LAT: &[Column] = &[Column::Typical, Column::P99];
+        const BW: &[Column] = &[Column::BwAverage];
+        let lat = tool.ends_with("_lat");
+        let columns = if lat { LAT } else { BW };
+        let r = perftest::Run {
+            tool,
+            size,
+            iters,
+            columns,
+        };
+        let out = perftest::run(&self.dev, &self.env, harness::port(), &r);
+        eprintln!("  {tool} -s {size} -n {iters}: {:?}", out.values);
+        let names: &[&str] = if lat { &["typ", "p99"] } else { &["bw"] };
+        for (n, v) in names.iter().zip(out.values) {
+            self.record(format!("{key}.{n}"), v);
+        }
+        if let Some(n) = out.note {
+            self.notes.push(n);
+        }
+    }
+
+    /// Runs a floor pair; returns the client's RESULT line.
+    fn floor_once(&mut self, spec: Spec) -> Option<String> {
+        let p = harness::port();
+        let mut sa = vec!["floor-server".to_string(), p.to_string()];
+        sa.extend(spec.to_args());
+        let mut ca = vec![
+            "floor-client".to_string(),
+            "127.0.0.1".into(),
+            p.to_string(),
+        ];
+        ca.extend(spec.to_args());
+        let pair = harness::run_pair(
+            self.self_cmd(&sa),
+            None,
+            p,
+            self.self_cmd(&ca),
+            PAIR_TIMEOUT,
+        );
+        let out = pair.client_out();
+        if !pair.ok() || !out.contains("RESULT ") {
+            self.notes.push(format!(
+                "TCP floor {} {} B failed:\n{}",
+                spec.mode.name(),
+                spec.size,
+                pair.dump()
+            ));
+            return None;
+        }
+        Some(out)
+    }
+
+    /// Floor ping-pong; records `key.typ`, `key.p99` (one-way) and `key.rtt`.
+    fn floor_lat(&mut self, key: &str, mode: Mode, size: usize, iters: usize) {
+        let spec = Spec {
+            mode,
+            size,
+            iters,
+            warmup: iters / 10,
+        };
+        let out = self.floor_once(spec).unwrap_or_default();
+        eprintln!("  TCP {} {size} B: {}", mode.name(), out.trim());
+        for (n, k) in [
+            ("typ", "typical_us"),
+            ("p99", "p99_us"),
+            ("rtt", "rtt_typical_us"),
+        ] {
+            self.record(format!("{key}.{n}"), result_field(&out, k));
+        }
+    }
+
+    /// Floor stream; records `key.bw`.
+    fn floor_bw(&mut self, key: &str, size: usize, iters: usize) {
+        let spec = Spec {
+            mode: Mode::Bw,
+            size,
+            iters,
+            warmup: 0,
+        };
+        let out = self.floor_once(spec).unwrap_or_default();
+        eprintln!("  TCP stream {size} B: {}", out.trim());
+        self.record(format!("{key}.bw"), result_field(&out, "bw_mibs"));
+    }
+
+    /// (server, client) RESULT lines of a qpmem pair with `n` QPs.
+    fn qpmem(&mut self, n: usize) -> Option<(String, String)> {
+        let p = harness::port();
+        let sa = vec!["qpmem-server".to_string(), p.to_string(), n.to_string()];
+        let ca = vec![
+            "qpmem-client".to_string(),
+            "127.0.0.1".into(),
+            p.to_string(),
+            n.to_string(),
+        ];
+        let pair = harness::run_pair(
+            self.self_cmd(&sa),
+            None,
+            p,
+            self.self_cmd(&ca),
+            PAIR_TIMEOUT,
+        );
+        let (so, co) = (pair.server_out(), pair.client_out());
+        eprintln!("  {n} QPs: server {} / client {}", so.trim(), co.trim());
+        if !pair.ok() || !so.contains("RESULT ") || !co.contains("RESULT ") {
+            self.notes
+                .push(format!("memory pair with {n} QPs failed:\n{}", pair.dump()));
+            return None;
+        }
+        Some((so, co))
+    }
+}
+
+fn machine() -> (String, String, String) {
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split(':')
+                .nth(1)
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    (format!("{nproc}"), kernel, cpu)
+}
+
+/// A counter of the TcpExt section of /proc/net/netstat.
+fn tcp_ext(name: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/net/netstat").ok()?;
+    let mut lines = s.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (head, vals) = (lines.next()?, lines.next()?);
+    let i = head.split_whitespace().position(|k| k == name)?;
+    vals.split_whitespace().nth(i)?.parse().ok()
+}
+
+/// The installed provider library and its modification time, to tell
+/// whether it was replaced while the benchmark ran.
+const PROVIDER_SO: &str = "/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so";
+
+fn provider_stamp() -> Option<std::time::SystemTime> {
+    std::fs::metadata(PROVIDER_SO)
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+fn stamp_str(t: Option<std::time::SystemTime>) -> String {
+    t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or("missing".into(), |d| {
+            let out = Command::new("date")
+                .args(["-u", "-d", &format!("@{}", d.as_secs()), "+%F %T UTC"])
+                .output();
+            out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_else(|_| d.as_secs().to_string())
+        })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn pkg_version(pkg: &str) -> String {
+    Command::new("dpkg-query")
+        .args(["-W", "-f", "${Version}", pkg])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|| "?".into())
+}
+
+fn ratio(a: &Value, b: &Value) -> Option<f64> {
+    match (a.mid, b.mid) {
+        (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+        _ => None,
+    }
+}
+
+fn ratio_row(name: &str, r: Option<f64>, target: &str, ok: impl Fn(f64) -> bool) -> Vec<String> {
+    vec![
+        name.into(),
+        r.map_or("n/a".into(), |r| format!("{r:.2}x")),
+        if target.is_empty() {
+            "-".into()
+        } else {
+            target.into()
+        },
+        match r {
+            _ if target.is_empty() => "-".into(),
+            None => "n/a".into(),
+            Some(r) if ok(r) => "yes".into(),
+            Some(_) => "no".into(),
+        },
+    ]
+}
+
+fn bench(o: Opts) -> ExitCode {
+    let started = Instant::now();
+    let (lat_n, bw64_n, bw1m_n) = if o.quick {
+        (2000, 4000, 400)
+    } else {
+        (10_000, 20_000, 2000)
+    };
+    let exe = std::env::current_exe().expect("current_exe");
+
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some(s) = o.spin_us {
+        env.push(("XIW_SPIN_US".into(), s.to_string()));
+    }
+    if o.no_crc {
+        env.push(("XIW_CRC".into(), "0".into()));
+    }
+    // The knobs the xiw processes see: ours, else inherited, else the provider's default.
+    let knob = |k: &str, default: &str| -> String {
+        if let Some((_, v)) = env.iter().find(|(n, _)| n == k) {
+            format!("{k}={v}")
+        } else if let Ok(v) = std::env::var(k) {
+            format!("{k}={v} (inherited)")
+        } else {
+            format!("{k}={default} (default)")
+        }
+    };
+    let mut knobs = vec![
+        knob("XIW_SPIN_US", "0"),
+        knob("XIW_CRC", "1"),
+        knob("XIW_MULPDU", "65400"),
+        knob("XIW_PROGRESS_RT", "0"),
+    ];
+    for (k, v) in std::env::vars() {
+        if k.starts_with("XIW_")
+            && !["XIW_SPIN_US", "XIW_CRC", "XIW_MULPDU", "XIW_PROGRESS_RT"].contains(&k.as_str())
+        {
+            knobs.push(format!("{k}={v} (inherited)"));
+        }
+    }
+
+    let (nproc, kernel, cpu) = machine();
+    let load0 = loadavg();
+    let so0 = provider_stamp();
+    eprintln!(
+        "xiw-bench: bringing up xiw0 on lo under {}",
+        o.root.display()
+    );
+    let dev = harness::device_at(&o.root, "lo", "127.0.0.1");
+    let mut b = Bench {
+        o,
+        dev,
+        exe,
+        env,
+        notes: Vec::new(),
+        acc: BTreeMap::new(),
+    };
+
+    // Round-robin: with --repeat, every round measures everything once, so
+    // xiw and its floor see the same (noisy) machine.
+    for round in 1..=b.o.repeat {
+        eprintln!("round {round}/{}: latency ...", b.o.repeat);
+        b.floor_lat("tcp2.spin", Mode::LatSpin, 2, lat_n);
+        b.floor_lat("tcp2.block", Mode::LatBlock, 2, lat_n);
+        b.perftest("write_lat2", "ib_write_lat", 2, lat_n);
+        b.floor_lat("tcp4k.spin", Mode::LatSpin, 4096, lat_n);
+        b.floor_lat("tcp4k.block", Mode::LatBlock, 4096, lat_n);
+        b.perftest("write_lat4k", "ib_write_lat", 4096, lat_n);
+        b.perftest("read_lat2", "ib_read_lat", 2, lat_n);
+        eprintln!("round {round}/{}: bandwidth ...", b.o.repeat);
+        b.floor_bw("tcp64k", 65536, bw64_n);
+        b.perftest("write_bw64k", "ib_write_bw", 65536, bw64_n);
+        b.floor_bw("tcp1m", 1 << 20, bw1m_n);
+        b.perftest("write_bw1m", "ib_write_bw", 1 << 20, bw1m_n);
+        b.perftest("send_bw1m", "ib_send_bw", 1 << 20, bw1m_n);
+    }
+    let qps = b.o.qps;
+    eprintln!("memory: 1 and {qps} QPs ...");
+    let one = b.qpmem(1);
+    let ovf0 = tcp_ext("ListenOverflows");
+    let many = b.qpmem(qps);
+    let ovf = tcp_ext("ListenOverflows")
+        .zip(ovf0)
+        .map(|(a, b)| a.saturating_sub(b));
+    harness::device_down(&b.o.root);
+    let load1 = loadavg();
+    let so1 = provider_stamp();
+
+    let v = |k: &str| b.val(k);
+    let (tcp2_spin, tcp2_block, tcp4k_spin, tcp4k_block) = (
+        v("tcp2.spin.typ"),
+        v("tcp2.block.typ"),
+        v("tcp4k.spin.typ"),
+        v("tcp4k.block.typ"),
+    );
+    let (wl2, wl4k, rl2) = (
+        v("write_lat2.typ"),
+        v("write_lat4k.typ"),
+        v("read_lat2.typ"),
+    );
+    let (tcp64k, tcp1m) = (v("tcp64k.bw"), v("tcp1m.bw"));
+    let (wb64k, wb1m, sb1m) = (v("write_bw64k.bw"), v("write_bw1m.bw"), v("send_bw1m.bw"));
+
+    // ---- report ----
+    let o = &b.o;
+    println!("## xiw-bench: xiw vs. plain TCP, loopback, two processes each\n");
+    println!("- machine: {nproc} CPUs ({cpu}), Linux {kernel}");
+    println!("- load average (1/5/15 min): {load0} at start, {load1} at end");
+    println!(
+        "- rdma-core {}, perftest {}",
+        pkg_version("libibverbs1"),
+        pkg_version("perftest")
+    );
+    println!("- provider: {PROVIDER_SO}, built {}", stamp_str(so0));
+    if so1 != so0 {
+        println!(
+            "- WARNING: the provider was reinstalled during the run ({}); numbers may mix builds",
+            stamp_str(so1)
+        );
+    }
+    println!("- xiw knobs: {}", knobs.join(", "));
+    println!(
+        "- iterations: latency {lat_n}, bandwidth 64 KB x {bw64_n} and 1 MB x {bw1m_n}; {} round(s){}",
+        o.repeat,
+        if o.repeat > 1 { ", median (min-max) of the rounds" } else { "" }
+    );
+    println!("- elapsed: {:.0} s\n", started.elapsed().as_secs_f64());
+
+    for (title, col, d) in [
+        ("Latency, one-way, median [us]", "typ", 2),
+        ("Latency, one-way, p99 [us]", "p99", 1),
+    ] {
+        let mut t = Table::new(&[title, "xiw (perftest)", "TCP busy-poll", "TCP blocking"]);
+        let row = |name: &str, xiw: &str, tcp: &str| {
+            vec![
+                name.to_string(),
+                v(&format!("{xiw}.{col}")).show(d),
+                v(&format!("{tcp}.spin.{col}")).show(d),
+                v(&format!("{tcp}.block.{col}")).show(d),
+            ]
+        };
+        t.row(row("write 2 B", "write_lat2", "tcp2"));
+        t.row(row("write 4 KB", "write_lat4k", "tcp4k"));
+        if col == "typ" {
+            t.row(vec![
+                "read 2 B, round trip (a)".into(),
+                rl2.show(d),
+                v("tcp2.spin.rtt").show(d),
+                v("tcp2.block.rtt").show(d),
+            ]);
+        } else {
+            let dash = || "-".to_string();
+            t.row(vec![
+                "read 2 B, round trip (a)".into(),
+                v("read_lat2.p99").show(d),
+                dash(),
+                dash(),
+            ]);
+        }
+        t.print();
+    }
+
+    let mut t = Table::new(&["Bandwidth [MB/s] (b)", "xiw (perftest)", "TCP stream"]);
+    t.row(vec!["write 64 KB".into(), wb64k.show(0), tcp64k.show(0)]);
+    t.row(vec!["write 1 MB".into(), wb1m.show(0), tcp1m.show(0)]);
+    t.row(vec!["send 1 MB (c)".into(), sb1m.show(0), tcp1m.show(0)]);
+    t.print();
+
+    let mut t = Table::new(&["Ratio (of medians)", "measured", "target", "met"]);
+    t.row(ratio_row(
+        "write_lat 2 B / TCP busy-poll 2 B",
+        ratio(&wl2, &tcp2_spin),
+        "<= 1.5x",
+        |r| r <= 1.5,
+    ));
+    t.row(ratio_row(
+        "write_lat 2 B / TCP blocking 2 B",
+        ratio(&wl2, &tcp2_block),
+        "<= 1.5x",
+        |r| r <= 1.5,
+    ));
+    t.row(ratio_row(
+        "write_lat 4 KB / TCP busy-poll 4 KB",
+        ratio(&wl4k, &tcp4k_spin),
+        "",
+        |_| true,
+    ));
+    t.row(ratio_row(
+        "write_lat 4 KB / TCP blocking 4 KB",
+        ratio(&wl4k, &tcp4k_block),
+        "",
+        |_| true,
+    ));
+    t.row(ratio_row(
+        "write_bw 64 KB / TCP stream 64 KB",
+        ratio(&wb64k, &tcp64k),
+        "",
+        |_| true,
+    ));
+    t.row(ratio_row(
+        "write_bw 1 MB / TCP stream 1 MB",
+        ratio(&wb1m, &tcp1m),
+        ">= 0.7x",
+        |r| r >= 0.7,
+    ));
+    t.print();
+
+    let mut nofile = String::from("?");
+    if let (Some((s1, c1)), Some((sn, cn))) = (&one, &many) {
+        let f = |out: &str, k: &str| result_field(out, k).unwrap_or(f64::NAN);
+        let per = |a: &str, b: &str, k: &str| (f(b, k) - f(a, k)) / (qps as f64 - 1.0);
+        nofile = format!("{}", f(sn, "nofile"));
+        let mut t = Table::new(&[
+            &format!("Memory, 1 vs {qps} connected QPs (d)"),
+            "server",
+            "client",
+        ]);
+        let both =
+            |name: String, g: &dyn Fn(&str, &str) -> String| vec![name, g(s1, sn), g(c1, cn)];
+        t.row(both("VmRSS, 1 QP [KiB]".into(), &|a, _| {
+            format!("{}", f(a, "rss_kb"))
+        }));
+        t.row(both(format!("VmRSS, {qps} QPs [KiB]"), &|_, b| {
+            format!("{}", f(b, "rss_kb"))
+        }));
+        t.row(both("VmRSS per QP, connected [KiB]".into(), &|a, b| {
+            format!("{:.1}", per(a, b, "rss_kb"))
+        }));
+        t.row(both("  of it anonymous [KiB]".into(), &|a, b| {
+            format!("{:.1}", per(a, b, "rss_anon_kb"))
+        }));
+        t.row(both("VmRSS per QP, after traffic [KiB]".into(), &|a, b| {
+            format!("{:.1}", per(a, b, "rss2_kb"))
+        }));
+        t.row(both("VmSize per QP [KiB]".into(), &|a, b| {
+            format!("{:.1}", per(a, b, "vm_kb"))
+        }));
+        t.row(both("file descriptors per QP".into(), &|a, b| {
+            format!("{:.2}", per(a, b, "fds"))
+        }));
+        t.row(both(format!("threads, 1 / {qps} QPs"), &|a, b| {
+            format!("{} / {}", f(a, "threads"), f(b, "threads"))
+        }));
+        t.row(both(format!("connect {qps} QPs [ms]"), &|_, b| {
+            format!("{:.0}", f(b, "connect_ms"))
+        }));
+        t.row(both(
+            format!(
+                "{mib} MiB over each of {qps} QPs [ms]",
+                mib = qpmem::BUF_BYTES >> 20
+            ),
+            &|_, b| format!("{:.0}", f(b, "traffic_ms")),
+        ));
+        t.print();
+        let ovf = ovf.map_or("?".into(), |n| n.to_string());
+        println!("TCP listen overflows during the {qps}-QP run (host-wide, (d)): {ovf}\n");
+    } else {
+        println!("Memory per QP: n/a (see the notes)\n");
+    }
+
+    let warm = lat_n / 10;
+    let (mr_kib, cqe) = (qpmem::BUF_BYTES / 1024, qpmem::CQ_DEPTH);
+    let (swr, rwr, q1) = (qpmem::SEND_WR, qpmem::RECV_WR, qps - 1);
+    print!(
+        "\
+(a) ib_read_lat's t_typical is a full round trip (perftest halves only write/send latency);
+    the TCP columns of that row are the 2 B ping-pong's median round trip.
+    TCP latency: {lat_n} ping-pongs after {warm} warm-up, TCP_NODELAY, median round trip / 2;
+    busy-poll: both ends spin on non-blocking recv(); blocking: both block in recv().
+(b) MB = 2^20 bytes, as perftest counts. TCP stream: one connection, TCP_NODELAY, one
+    write() per message, as many messages as perftest posts, reads of up to 1 MiB;
+    timed from the first write to the receiver's acknowledgement of the last byte.
+(c) ib_send_bw without -R exits 1 at teardown (perftest leaks its iWARP credit MR, so
+    ibv_dealloc_pd fails with EBUSY on any provider); its numbers are taken anyway.
+(d) an own libibverbs program (xiw-bench qpmem-server/-client), the same in both runs but
+    for the QP count: 1 PD, one {mr_kib} KiB MR, one CQ of {cqe} CQEs, RC QPs of {swr} send /
+    {rwr} recv WRs. Connected: every QP has completed one signalled 8 B RDMA write each way.
+    After traffic: then one {mr_kib} KiB RDMA write each way on every QP. Per QP = (VmRSS with
+    {qps} QPs - VmRSS with 1) / {q1}. RLIMIT_NOFILE is raised with setrlimit in those
+    processes (to 65536, or to the hard limit when that cannot be raised: {nofile} here), as
+    xiw QPs hold sockets. Kernel socket memory (buffers, struct sock) is not in VmRSS and
+    not counted. Listen overflows: the TcpExt ListenOverflows counter of /proc/net/netstat
+    across the {qps}-QP run; each is a dropped connection request that TCP retries after 1 s.
+"
+    );
+
+    let expected = |n: &String| n.starts_with("ib_send_bw") && !n.contains("stderr");
+    let sendbw = b.notes.iter().filter(|n| expected(n)).count();
+    if sendbw > 0 {
+        println!("\nib_send_bw pairs that exited 1 at teardown (expected, see (c)): {sendbw}");
+    }
+    let other: Vec<&String> = b.notes.iter().filter(|n| !expected(n)).collect();
+    if !other.is_empty() {
+        println!("\nNotes:");
+        for n in other {
+            println!("- {n}");
+        }
+    }
+    let mut missing: Vec<String> = b.missing().iter().map(|s| s.to_string()).collect();
+    if one.is_none() || many.is_none() {
+        missing.push("memory".into());
+    }
+    if missing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("xiw-bench: could not measure: {}", missing.join(", "));
+        ExitCode::FAILURE
+    }
+}
+
+fn sub(r: std::io::Result<String>) -> ExitCode {
+    match r {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xiw-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let port_of = |s: &String| s.parse::<u16>().unwrap_or(0);
+    let spec = |a: &[String]| {
+        Spec::from_args(a).unwrap_or_else(|e| {
+            eprintln!("xiw-bench: {e}");
+            std::process::exit(2)
+        })
+    };
+    match args.first().map(String::as_str) {
+        Some("floor-server") if args.len() == 6 => {
+            sub(floor::server(port_of(&args[1]), spec(&args[2..])).map(|()| String::new()))
+        }
+        Some("floor-client") if args.len() == 7 => {
+            sub(floor::client(&args[1], port_of(&args[2]), spec(&args[3..])))
+        }
+        Some("qpmem-server") if args.len() == 3 => {
+            let n = args[2].parse().unwrap_or(1);
+            sub(qpmem::run("xiw0", port_of(&args[1]), None, n))
+        }
+        Some("qpmem-client") if args.len() == 4 => {
+            let n = args[3].parse().unwrap_or(1);
+            sub(qpmem::run("xiw0", port_of(&args[2]), Some(&args[1]), n))
+        }
+        _ => match parse_opts(&args) {
+            Ok(o) => bench(o),
+            Err(e) => {
+                if !e.is_empty() {
+                    eprintln!("xiw-bench: {e}");
+                }
+                eprintln!("{USAGE}");
+                if e.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(2)
+                }
+            }
+        },
+    }
+}
