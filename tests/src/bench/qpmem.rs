@@ -393,10 +393,12 @@ pub fn run(dev_name: &str, port: u16, peer: Option<&str>, n: usize) -> io::Resul
         let traffic_ms = t1.elapsed().as_secs_f64() * 1000.0;
         barrier(&mut ctl)?;
         std::thread::sleep(Duration::from_millis(200));
+        let (rss2, vm2) = (status_kb("VmRSS"), status_kb("VmSize"));
+        // Idle QPs give their staging buffers back within about two seconds.
+        std::thread::sleep(Duration::from_millis(3000));
         let result = format!(
-            "{idle} rss2_kb={} vm2_kb={} traffic_ms={traffic_ms:.1}",
+            "{idle} rss2_kb={rss2} vm2_kb={vm2} traffic_ms={traffic_ms:.1} rss3_kb={}",
             status_kb("VmRSS"),
-            status_kb("VmSize"),
         );
         barrier(&mut ctl)?;
 
