@@ -102,6 +102,8 @@ pub struct Cm {
     retry_at: Option<Instant>,
     peer: Option<(IpAddr, u32)>,
     request: Option<Request>,
+    /// The peer closed its end: the QP fails at this time.
+    linger_until: Option<Instant>,
 }
 
 impl Default for Cm {
@@ -114,6 +116,7 @@ impl Default for Cm {
             retry_at: None,
             peer: None,
             request: None,
+            linger_until: None,
         }
     }
 }
@@ -262,6 +265,13 @@ impl Cm {
 
     /// Timers: connect retries and the overall deadline.
     pub fn tick(&mut self, qp: &Qp, now: Instant) -> Result<bool, String> {
+        if let Some(t) = self.linger_until {
+            if now >= t {
+                self.linger_until = None;
+                return Err("the peer closed the connection".into());
+            }
+            return Ok(true);
+        }
         if self.phase == Phase::Established || self.phase == Phase::Closed {
             return Ok(false);
         }
@@ -450,6 +460,19 @@ impl Cm {
         tx::kick(qp);
     }
 
+    /// The peer closed in order: fail the QP after `XIW_LINGER_MS`. False if
+    /// the stream was not up, so the caller fails the QP now.
+    pub fn linger(&mut self, qp: &Qp) -> bool {
+        if self.phase != Phase::Established {
+            return false;
+        }
+        if self.linger_until.is_none() {
+            self.linger_until = Some(Instant::now() + qp.sh.cfg.linger);
+            qp.sh.add_timer(qp);
+        }
+        true
+    }
+
     pub fn close(&mut self, sh: &Shared) {
         if let Some(s) = &self.sock {
             sh.unwatch(s.as_raw_fd());
@@ -459,6 +482,7 @@ impl Cm {
         self.phase = Phase::Closed;
         self.deadline = None;
         self.retry_at = None;
+        self.linger_until = None;
     }
 
     /// Back to RESET: forget the stream and the peer (the listener and QPN stay).

@@ -24,6 +24,9 @@ pub struct Config {
     pub spin: Duration,
     /// Largest DDP payload per FPDU (XIW_MULPDU).
     pub mulpdu: usize,
+    /// How long a QP whose peer closed in order stays up before it fails
+    /// (XIW_LINGER_MS).
+    pub linger: Duration,
     /// SCHED_FIFO priority for the progress thread (XIW_PROGRESS_RT, 0 = normal scheduling).
     pub rt_prio: i32,
     pub debug: bool,
@@ -42,6 +45,7 @@ impl Config {
             connect_timeout: Duration::from_millis(num("XIW_CONNECT_TIMEOUT_MS", 10_000)),
             spin: Duration::from_micros(num("XIW_SPIN_US", 0)),
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
+            linger: Duration::from_millis(num("XIW_LINGER_MS", 100)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             debug: crate::log::env_debug(),
         }

@@ -305,12 +305,19 @@ impl Qp {
     /// the oldest outstanding send WQE and `rq_status` for a receive in progress,
     /// flushes everything else, and raises `event`.
     pub fn fail(&self, why: &str, sq_status: Option<u32>, rq_status: Option<u32>, event: u32) {
+        // The first error found names the status of the oldest request, even when
+        // another thread moves the QP to the error state first.
+        if let Some(s) = sq_status {
+            let _ = self.last_error.compare_exchange(
+                IBV_WC_SUCCESS,
+                s,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
         let prev = self.state.swap(IBV_QPS_ERR, Ordering::AcqRel);
         if prev != IBV_QPS_ERR && prev != IBV_QPS_RESET {
             crate::log::debug(&self.sh, format_args!("qp {}: error: {}", self.qpn, why));
-            if let Some(s) = sq_status {
-                self.last_error.store(s, Ordering::Release);
-            }
             self.lock_cm().close(&self.sh);
             if let Some(s) = rq_status {
                 let job = self.lock_rx().cur.take();
@@ -374,6 +381,9 @@ impl Qp {
     /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
     /// Must be called with none of this QP's locks held.
     pub fn fail_with(&self, f: rx::Fail) {
+        if f.linger && self.lock_cm().linger(self) {
+            return;
+        }
         if let Some(body) = f.term {
             let mut tx = self.lock_tx();
             if let Some(fd) = tx.fd {
@@ -395,7 +405,7 @@ impl Qp {
         self.fail(&f.why, f.sq_status, f.rq_status, f.event);
     }
 
-    fn complete_recv_error(&self, job: &RecvJob, status: u32) {
+    pub(crate) fn complete_recv_error(&self, job: &RecvJob, status: u32) {
         self.push_cqe(
             &self.recv_cq,
             Cqe {

@@ -30,6 +30,9 @@ pub struct Fail {
     pub sq_status: Option<u32>,
     pub rq_status: Option<u32>,
     pub event: u32,
+    /// The peer closed its end in order: fail after a short linger, so the
+    /// application can reap what the peer sent before its flush errors.
+    pub linger: bool,
 }
 
 impl Fail {
@@ -40,6 +43,7 @@ impl Fail {
             sq_status: None,
             rq_status: None,
             event: IBV_EVENT_QP_FATAL,
+            linger: false,
         }
     }
 
@@ -50,6 +54,7 @@ impl Fail {
             sq_status: Some(status),
             rq_status: None,
             event: IBV_EVENT_QP_FATAL,
+            linger: false,
         }
     }
 }
@@ -146,7 +151,14 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
             )
         };
         if n == 0 {
-            return Err(Fail::stream("peer closed the connection".into()));
+            // An orderly close: nothing more will come. Stop watching the stream
+            // (EOF stays readable) and let the QP linger before it fails.
+            rx.fd = None;
+            qp.sh.unwatch(fd);
+            return Err(Fail {
+                linger: true,
+                ..Fail::stream("peer closed the connection".into())
+            });
         }
         if n < 0 {
             let e = std::io::Error::last_os_error();
@@ -163,7 +175,18 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
         let buf = std::mem::take(&mut rx.buf);
         let r = process_buffered(qp, &mut rx, &buf);
         rx.buf = buf;
-        r?;
+        if let Err(mut f) = r {
+            // The stream is dead from this byte on: no thread may place anything
+            // after it, and the receive it hit completes with its own status now,
+            // before any flush can claim it.
+            rx.fd = None;
+            if let Some(status) = f.rq_status.take() {
+                if let Some(job) = rx.cur.take() {
+                    qp.complete_recv_error(&job, status);
+                }
+            }
+            return Err(f);
+        }
         if (n as usize) < room {
             return Ok(());
         }
@@ -605,6 +628,7 @@ fn peer_terminated(_qp: &Qp, payload: &[u8]) -> Fail {
         sq_status: Some(status),
         rq_status: None,
         event,
+        linger: false,
     }
 }
 
@@ -694,5 +718,6 @@ fn terminate(
         sq_status: None,
         rq_status: None,
         event: IBV_EVENT_QP_FATAL,
+        linger: false,
     }
 }
