@@ -326,7 +326,8 @@ pub fn device_down(root: &Path) {
 // ---- Tool pairs: ibv_*_pingpong and perftest --------------------------------
 
 /// Runs `tool` as a server on `server` and as a client on `client` that
-/// connects to `server.addr`. Both get `-d xiw0 -p PORT` (a fresh [`port`]),
+/// connects to `server.addr`, via [`run_pair_quick`] (10 s grace for the
+/// server of a failed client). Both get `-d xiw0 -p PORT` (a fresh [`port`]),
 /// `-g 0` for the `ibv_*_pingpong` tools (iWARP has no GID-less mode), then
 /// `args`.
 pub fn run_tool_pair(
@@ -338,8 +339,10 @@ pub fn run_tool_pair(
 ) -> Pair {
     let port = port();
     let build = |dev: &Device, peer: Option<&str>| {
-        let mut c = dev.cmd(tool);
-        c.args(["-d", "xiw0", "-p", &port.to_string()]);
+        // Line-buffered stdout (stdbuf execs the tool, same pid): a tool killed
+        // at the time-out still shows how far it got.
+        let mut c = dev.cmd("stdbuf");
+        c.args(["-oL", tool, "-d", "xiw0", "-p", &port.to_string()]);
         if tool.starts_with("ibv_") {
             c.args(["-g", "0"]);
         }
@@ -349,13 +352,84 @@ pub fn run_tool_pair(
         }
         c
     };
-    run_pair(
+    run_pair_quick(
         build(server, None),
         server.netns.as_deref(),
         port,
         build(client, Some(&server.addr)),
         timeout,
+        Duration::from_secs(10),
     )
+}
+
+/// [`run_pair`], except that a server whose client failed gets only `grace`
+/// more to finish (then it is killed) instead of the rest of `timeout`: a
+/// client that dies at start-up, before it connects, then costs seconds
+/// instead of the whole time-out.
+pub fn run_pair_quick(
+    server: Command,
+    server_ns: Option<&str>,
+    port: u16,
+    client: Command,
+    timeout: Duration,
+    grace: Duration,
+) -> Pair {
+    let deadline = Instant::now() + timeout;
+    let mut srv = spawn(server);
+    while !listening(server_ns, port) {
+        if Instant::now() >= deadline || matches!(srv.try_wait(), Ok(Some(_))) {
+            let _ = srv.kill();
+            let (server, _) = wait_until(srv, Instant::now());
+            let client = Output {
+                status: server.status,
+                stdout: Vec::new(),
+                stderr: b"client never started".to_vec(),
+            };
+            return Pair {
+                server,
+                client,
+                timed_out: true,
+            };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cli = spawn(client);
+    let (client, ct) = wait_until(cli, deadline);
+    let server_deadline = if client.status.success() {
+        deadline.max(Instant::now() + Duration::from_secs(5))
+    } else {
+        Instant::now() + grace
+    };
+    let (server, st) = wait_until(srv, server_deadline);
+    Pair {
+        server,
+        client,
+        timed_out: ct || st,
+    }
+}
+
+/// Waits until libibverbs reports `dev`'s port ACTIVE: a veth link gets its
+/// carrier asynchronously, a moment after `ip link set up`, and perftest
+/// refuses a port that is down. Panics after `timeout`.
+pub fn wait_port_active(dev: &Device, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let out = dev
+            .cmd("ibv_devinfo")
+            .args(["-d", "xiw0"])
+            .output()
+            .expect("running ibv_devinfo");
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.contains("PORT_ACTIVE") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the port of {:?} is not active after {timeout:?}:\n{text}",
+            dev.sysfs
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Checks a successful `ibv_{rc,srq}_pingpong` pair of `iters` exchanges of
@@ -393,7 +467,7 @@ pub fn check_pingpong(pair: &Pair, size: u64, iters: u64) -> Result<(), String> 
             .nth(6)
             .and_then(|v| v.parse::<f64>().ok())
             .ok_or_else(|| format!("{side}: cannot parse `{line}`"))?;
-        if !(usec > 0.0) || !line.ends_with("usec/iter") {
+        if !usec.is_finite() || usec <= 0.0 || !line.ends_with("usec/iter") {
             return Err(format!("{side}: bad iteration line `{line}`"));
         }
     }

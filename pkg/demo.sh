@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The xiw demo for a fresh Debian 12 machine (as root): installs the missing
+# packages, builds and installs the provider, brings up an xiw device on `lo`
+# (in its own tree, /run/xiw/demo), runs perftest's RDMA Write latency test
+# between two processes over it, prints the result table and takes the device
+# down again. Exits non-zero on any error.
+#
+# Arguments go to ib_write_lat on both sides (default: -a -n 200, every size
+# from 2 B to 8 MiB), e.g.:  bash pkg/demo.sh -s 64 -n 10000
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=/run/xiw/demo
+args=("$@")
+((${#args[@]})) || args=(-a -n 200)
+
+if [[ $EUID -ne 0 ]]; then
+    echo "$0: must be run as root (it installs packages and the provider, and makes a device)" >&2
+    exit 1
+fi
+
+# shellcheck source=deps.sh
+source "$repo/pkg/deps.sh"
+xiw_ensure_packages
+xiw_ensure_cargo
+
+echo "== building and installing xiw" >&2
+bash "$repo/pkg/install.sh"
+
+work=$(mktemp -d /tmp/xiw-demo.XXXXXX)
+server_pid=
+cleanup() {
+    local rc=$?
+    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    if [[ -e $root ]]; then
+        xiw down --root "$root" >&2 || rc=1
+    fi
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== bringing up xiw0 on lo (tree $root)" >&2
+up=$(xiw up --netdev lo --root "$root") # a failure here stops the script (set -e)
+eval "$up"
+export SYSFS_PATH
+ibv_devinfo -d xiw0
+
+# A free TCP port for perftest's out-of-band exchange.
+port_in_use() { ss -Htln "sport = :$1" | grep -q .; }
+port=$((40000 + RANDOM % 20000))
+while port_in_use "$port"; do port=$((40000 + RANDOM % 20000)); done
+
+echo "== ib_write_lat ${args[*]} (server and client on 127.0.0.1, port $port)" >&2
+timeout 600 ib_write_lat -d xiw0 -p "$port" "${args[@]}" >"$work/server.out" 2>"$work/server.err" &
+server_pid=$!
+for _ in $(seq 1 500); do
+    port_in_use "$port" && break
+    if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+    sleep 0.02
+done
+if ! port_in_use "$port"; then
+    echo "$0: the ib_write_lat server did not start:" >&2
+    cat "$work/server.out" "$work/server.err" >&2
+    exit 1
+fi
+
+client_rc=0
+timeout 600 ib_write_lat -d xiw0 -p "$port" "${args[@]}" 127.0.0.1 >"$work/client.out" 2>"$work/client.err" || client_rc=$?
+server_rc=0
+wait "$server_pid" || server_rc=$?
+server_pid=
+
+cat "$work/client.out"
+if ((client_rc != 0 || server_rc != 0)); then
+    echo "$0: ib_write_lat failed (client exit $client_rc, server exit $server_rc)" >&2
+    echo "--- client stderr:" >&2
+    cat "$work/client.err" >&2
+    echo "--- server output:" >&2
+    cat "$work/server.out" "$work/server.err" >&2
+    exit 1
+fi
+if ! grep -qE '^ [0-9]+ +[0-9]+ +[0-9.]+' "$work/client.out"; then
+    echo "$0: ib_write_lat printed no result rows" >&2
+    exit 1
+fi
+echo "== done; taking xiw0 down" >&2

@@ -1,0 +1,41 @@
+# Sourced by tests/run-all.sh, pkg/demo.sh and .ci/run: the Debian 12 packages
+# xiw needs to build, install and be tested, and a function that installs the
+# missing ones.
+
+# Build: bindgen needs libclang and the rdma-core headers; cargo links with cc.
+XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libibverbs-dev librdmacm-dev)
+# Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc. (procps).
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps)
+
+# Installs (apt-get) whichever of the packages above are not installed yet;
+# touches apt not at all when everything is present.
+xiw_ensure_packages() {
+    local missing=() p
+    for p in "${XIW_BUILD_PKGS[@]}" "${XIW_RUNTIME_PKGS[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+            missing+=("$p")
+        fi
+    done
+    if ((${#missing[@]} == 0)); then
+        echo "xiw: all required packages are installed" >&2
+        return 0
+    fi
+    echo "xiw: installing missing packages: ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# Puts cargo on PATH (rustup installs it in ~/.cargo/bin, which sudo and
+# non-login shells may not have); fails loudly without it. Debian 12's own
+# rustc is too old for this workspace (rust-version 1.80), so it is not
+# installed from apt.
+xiw_ensure_cargo() {
+    if ! command -v cargo >/dev/null 2>&1 && [[ -x ${HOME:-/root}/.cargo/bin/cargo ]]; then
+        export PATH="${HOME:-/root}/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "xiw: cargo not found: install a Rust toolchain >= 1.80 (https://rustup.rs)" >&2
+        return 1
+    fi
+}

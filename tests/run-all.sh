@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Runs every xiw test: installs missing Debian packages, builds, installs the
+# provider (pkg/install.sh), then runs the unit tests and the whole-program
+# tests (real libibverbs, rdma-core tools and perftest) one at a time, and
+# prints a summary. Must run as root. Exits non-zero if anything fails.
+#
+# Extra arguments go to the test binaries (after `--`), e.g. a name filter:
+#   bash tests/run-all.sh perftest
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+
+if [[ $EUID -ne 0 ]]; then
+    echo "$0: must be run as root (it installs packages and the provider, and makes devices)" >&2
+    exit 1
+fi
+
+# shellcheck source=../pkg/deps.sh
+source "$repo/pkg/deps.sh"
+xiw_ensure_packages
+xiw_ensure_cargo
+
+start=$(date +%s)
+echo "== build (release, all targets)" >&2
+cargo build --release --workspace --all-targets
+
+echo "== install the provider" >&2
+bash "$repo/pkg/install.sh"
+
+log=$(mktemp /tmp/xiw-tests.XXXXXX.log)
+echo "== test (log: $log)" >&2
+# One test at a time: the whole-program tests load both cores and must not
+# disturb each other's measurements. --no-fail-fast: every binary runs.
+status=0
+cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee "$log" || status=$?
+
+# Summary: one line per test binary ("Running ..." then its "test result:").
+echo
+echo "==================== xiw test summary ===================="
+awk '
+    function flush() { if (name != "" && !done) printf "  %-46s %s\n", name, "NO RESULT (the test binary crashed or was killed?)" }
+    /^ *Running / {
+        flush()
+        bin = $NF; gsub(/[()]/, "", bin); sub(/^.*\//, "", bin); sub(/-[0-9a-f]+$/, "", bin)
+        name = ($2 == "unittests") ? "unit " $3 " (" bin ")" : $2
+        done = 0
+        next
+    }
+    /^ *Doc-tests / { flush(); name = "doc-tests " $2; done = 0; next }
+    /^test result:/ {
+        sub(/^test result: /, "")
+        printf "  %-46s %s\n", name, $0
+        done = 1
+    }
+    END { flush() }
+' "$log"
+failed=$(grep -E '^test .* \.\.\. FAILED$' "$log" || true)
+if [[ -n $failed ]]; then
+    echo "  failed tests:"
+    sed -e 's/^test /    /' -e 's/ \.\.\. FAILED$//' <<<"$failed"
+fi
+echo "  total time: $(($(date +%s) - start)) s"
+if ((status != 0)); then
+    echo "RESULT: FAILED (cargo test exited with $status)"
+    echo "=========================================================="
+    exit "$status"
+fi
+echo "RESULT: all tests passed"
+echo "=========================================================="

@@ -1,0 +1,71 @@
+//! perftest (Debian's `perftest` package), unmodified, between two processes on
+//! the shared `lo` device: every message size of `-a` (2 B to 8 MiB) for each
+//! of the write, read and send latency and bandwidth tests.
+//!
+//! Iterations are cut with `-n` so that the whole file stays within a few
+//! minutes on two cores; every size still runs.
+
+use std::time::{Duration, Instant};
+
+use xiw_tests::harness::{check_perftest, lo_device, perftest_all_sizes, run_tool_pair, serial};
+
+const TIMEOUT: Duration = Duration::from_secs(240);
+
+/// Runs `tool -a -n iters` plus `extra` on both sides and checks both reports;
+/// `qps` is the number of QPs (the bandwidth tests count iterations over all).
+fn perftest_all_sizes_pair(tool: &str, iters: u64, qps: u64, extra: &[&str]) {
+    let _g = serial();
+    let dev = lo_device();
+    let n = iters.to_string();
+    let mut args = vec!["-a", "-n", &n];
+    args.extend_from_slice(extra);
+    let start = Instant::now();
+    let pair = run_tool_pair(tool, dev, dev, &args, TIMEOUT);
+    let column = if tool.ends_with("_bw") {
+        iters * qps
+    } else {
+        iters
+    };
+    if let Err(e) = check_perftest(tool, &pair, &perftest_all_sizes(), column) {
+        panic!("{tool} {args:?}: {e}\n{}", pair.dump());
+    }
+    eprintln!("{tool} {args:?}: {:.1} s", start.elapsed().as_secs_f64());
+}
+
+#[test]
+fn ib_write_lat_all_sizes() {
+    perftest_all_sizes_pair("ib_write_lat", 200, 1, &[]);
+}
+
+#[test]
+fn ib_write_bw_all_sizes() {
+    perftest_all_sizes_pair("ib_write_bw", 200, 1, &[]);
+}
+
+#[test]
+fn ib_read_lat_all_sizes() {
+    perftest_all_sizes_pair("ib_read_lat", 200, 1, &[]);
+}
+
+#[test]
+fn ib_read_bw_all_sizes() {
+    perftest_all_sizes_pair("ib_read_bw", 200, 1, &[]);
+}
+
+#[test]
+fn ib_send_lat_all_sizes() {
+    perftest_all_sizes_pair("ib_send_lat", 200, 1, &[]);
+}
+
+/// See [`check_perftest`] for perftest's own teardown failure of ib_send_bw
+/// over iWARP, the only failure accepted here.
+#[test]
+fn ib_send_bw_all_sizes() {
+    perftest_all_sizes_pair("ib_send_bw", 200, 1, &[]);
+}
+
+/// Sixteen QPs on one connection pair each, sharing the CQs and the MR.
+#[test]
+fn ib_write_bw_16_qps_all_sizes() {
+    perftest_all_sizes_pair("ib_write_bw", 20, 16, &["-q", "16"]);
+}
