@@ -50,10 +50,10 @@ eval "$up"
 export SYSFS_PATH
 ibv_devinfo -d xiw0
 
-# A free TCP port for perftest's out-of-band exchange.
+# A free TCP port for perftest's out-of-band exchange, below the ephemeral range.
 port_in_use() { ss -Htln "sport = :$1" | grep -q .; }
-port=$((40000 + RANDOM % 20000))
-while port_in_use "$port"; do port=$((40000 + RANDOM % 20000)); done
+port=$((10000 + RANDOM % 20000))
+while port_in_use "$port"; do port=$((10000 + RANDOM % 20000)); done
 
 echo "== ib_write_lat ${args[*]} (server and client on 127.0.0.1, port $port)" >&2
 timeout 600 ib_write_lat -d xiw0 -p "$port" "${args[@]}" >"$work/server.out" 2>"$work/server.err" &

@@ -473,11 +473,14 @@ impl Cm {
         true
     }
 
+    /// Ends the stream gracefully: the context sends what is queued, then FIN,
+    /// and keeps reading until the peer's FIN (see [`Shared::close_gracefully`]),
+    /// so no byte already reported sent is lost to a reset. The caller has made
+    /// sure the data path no longer uses the descriptor.
     pub fn close(&mut self, sh: &Shared) {
-        if let Some(s) = &self.sock {
+        if let Some(s) = self.sock.take() {
             sh.unwatch(s.as_raw_fd());
-            // SAFETY: shutdown on a socket we own; it stays open until dropped.
-            unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_RDWR) };
+            sh.close_gracefully(s);
         }
         self.phase = Phase::Closed;
         self.deadline = None;
@@ -488,7 +491,6 @@ impl Cm {
     /// Back to RESET: forget the stream and the peer (the listener and QPN stay).
     pub fn reset(&mut self, sh: &Shared) {
         self.close(sh);
-        self.sock = None;
         self.phase = Phase::Idle;
         self.peer = None;
         self.request = None;

@@ -45,7 +45,7 @@ impl Config {
             connect_timeout: Duration::from_millis(num("XIW_CONNECT_TIMEOUT_MS", 10_000)),
             spin: Duration::from_micros(num("XIW_SPIN_US", 0)),
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
-            linger: Duration::from_millis(num("XIW_LINGER_MS", 100)),
+            linger: Duration::from_millis(num("XIW_LINGER_MS", 1000)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             debug: crate::log::env_debug(),
         }
@@ -58,6 +58,11 @@ pub const KIND_CM: u64 = 2;
 pub const KIND_DATA: u64 = 3;
 /// An accepted connection whose MPA Request has not arrived yet.
 pub const KIND_PENDING: u64 = 4;
+/// A stream being closed: read and discard until the peer's FIN.
+pub const KIND_CLOSING: u64 = 5;
+
+/// How long a closing stream waits for the peer's FIN.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One listening port and the (up to 256) QP numbers it carries.
 struct PortSlot {
@@ -105,6 +110,7 @@ pub struct Shared {
     failed: Mutex<Vec<u32>>,
     pending: Mutex<HashMap<u64, Pending>>,
     next_pending: AtomicU64,
+    closing: Mutex<HashMap<u64, (OwnedFd, Instant)>>,
 }
 
 impl Shared {
@@ -152,6 +158,7 @@ impl Shared {
             failed: Mutex::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),
             next_pending: AtomicU64::new(1),
+            closing: Mutex::new(HashMap::new()),
         };
         sh.epoll(
             libc::EPOLL_CTL_ADD,
@@ -331,6 +338,60 @@ impl Shared {
         }
     }
 
+    /// Sends FIN after what is queued, then reads and discards until the peer's
+    /// FIN before closing: a socket closed with unread bytes is reset by the
+    /// kernel, which would drop data this side already reported as sent.
+    pub fn close_gracefully(&self, fd: OwnedFd) {
+        // SAFETY: shutdown on a socket we own.
+        unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_WR) };
+        let id = self.next_pending.fetch_add(1, Ordering::Relaxed);
+        let tok = id << 8 | KIND_CLOSING;
+        if self
+            .epoll(
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                libc::EPOLLIN as u32,
+                tok,
+            )
+            .is_ok()
+        {
+            self.closing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, (fd, Instant::now()));
+            self.wake();
+        }
+    }
+
+    /// A closing stream is readable: discard, and close on the peer's FIN.
+    pub fn on_closing(&self, id: u64) {
+        let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((fd, _)) = closing.get(&id) else {
+            return;
+        };
+        let mut sink = [0u8; 16384];
+        let done = loop {
+            // SAFETY: reading into a local buffer from our own socket.
+            let n = unsafe {
+                libc::recv(
+                    fd.as_raw_fd(),
+                    sink.as_mut_ptr() as *mut libc::c_void,
+                    sink.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                continue;
+            }
+            break n == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN);
+        };
+        if done {
+            if let Some((fd, _)) = closing.remove(&id) {
+                self.unwatch(fd.as_raw_fd());
+            }
+        }
+    }
+
     /// Drops accepted connections that never sent a Request; true if any remain.
     pub fn expire_pending(&self) -> bool {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -350,7 +411,24 @@ impl Shared {
             }
             keep
         });
-        !pending.is_empty()
+        let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+        closing.retain(|_, (fd, since)| {
+            let keep = since.elapsed() < CLOSE_TIMEOUT;
+            if !keep {
+                let mut ev = libc::epoll_event { events: 0, u64: 0 };
+                // SAFETY: removing our own descriptor from our epoll set.
+                unsafe {
+                    libc::epoll_ctl(
+                        self.epfd.as_raw_fd(),
+                        libc::EPOLL_CTL_DEL,
+                        fd.as_raw_fd(),
+                        &mut ev,
+                    )
+                };
+            }
+            keep
+        });
+        !pending.is_empty() || !closing.is_empty()
     }
 
     pub fn set_handle(&self, id: u32, handle: usize) {
@@ -393,8 +471,9 @@ impl Shared {
         )
     }
 
-    pub fn watch_data(&self, fd: RawFd, qpn: u32, out: bool) {
-        let ev = libc::EPOLLIN as u32 | if out { libc::EPOLLOUT as u32 } else { 0 };
+    pub fn watch_data(&self, fd: RawFd, qpn: u32, input: bool, out: bool) {
+        let ev = if input { libc::EPOLLIN as u32 } else { 0 }
+            | if out { libc::EPOLLOUT as u32 } else { 0 };
         let _ = self.epoll(libc::EPOLL_CTL_MOD, fd, ev, token(qpn, KIND_DATA));
     }
 

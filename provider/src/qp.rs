@@ -81,6 +81,8 @@ pub struct Qp {
     pub tx_want: AtomicBool,
     /// The socket was full last time: bytes are waiting to go out.
     pub tx_blocked: AtomicBool,
+    /// The peer closed its end: nothing more to read, sending goes on.
+    pub rx_eof: AtomicBool,
     /// The `ibv_qp` the application holds, for async events; 0 once destroyed.
     pub handle: AtomicUsize,
     pub destroyed: AtomicBool,
@@ -139,6 +141,7 @@ impl Qp {
             tx: Mutex::new(tx::Tx::new(entries)),
             tx_want: AtomicBool::new(false),
             tx_blocked: AtomicBool::new(false),
+            rx_eof: AtomicBool::new(false),
             handle: AtomicUsize::new(0),
             destroyed: AtomicBool::new(false),
             last_error: AtomicU32::new(IBV_WC_SUCCESS),
@@ -318,6 +321,7 @@ impl Qp {
         let prev = self.state.swap(IBV_QPS_ERR, Ordering::AcqRel);
         if prev != IBV_QPS_ERR && prev != IBV_QPS_RESET {
             crate::log::debug(&self.sh, format_args!("qp {}: error: {}", self.qpn, why));
+            self.detach_stream();
             self.lock_cm().close(&self.sh);
             if let Some(s) = rq_status {
                 let job = self.lock_rx().cur.take();
@@ -376,6 +380,13 @@ impl Qp {
         if let Some(f) = f {
             self.fail_with(f);
         }
+    }
+
+    /// Takes the stream away from the data path, before the connection manager
+    /// gives up the descriptor.
+    pub fn detach_stream(&self) {
+        self.lock_rx().fd = None;
+        self.lock_tx().fd = None;
     }
 
     /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
@@ -442,9 +453,11 @@ impl Qp {
 
     /// Brings the QP back to RESET: empty queues, fresh protocol state, same QPN.
     pub fn reset(&self) {
+        self.detach_stream();
         self.lock_cm().reset(&self.sh);
         let mut rx = self.lock_rx();
         *rx = rx::Rx::default();
+        self.rx_eof.store(false, Ordering::Release);
         if let Some(rq) = &self.rq {
             let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
             rq.release(rq.producer());

@@ -152,9 +152,16 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
         };
         if n == 0 {
             // An orderly close: nothing more will come. Stop watching the stream
-            // (EOF stays readable) and let the QP linger before it fails.
+            // for input (EOF stays readable), keep sending what is posted, and
+            // let the QP linger before it fails.
             rx.fd = None;
-            qp.sh.unwatch(fd);
+            qp.rx_eof.store(true, std::sync::atomic::Ordering::Release);
+            qp.sh.watch_data(
+                fd,
+                qp.qpn,
+                false,
+                qp.tx_blocked.load(std::sync::atomic::Ordering::Acquire),
+            );
             return Err(Fail {
                 linger: true,
                 ..Fail::stream("peer closed the connection".into())

@@ -1083,6 +1083,10 @@ unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         let q = &x.qp;
         q.destroyed.store(true, Ordering::Release);
         q.handle.store(0, Ordering::Release);
+        // Let the last bytes go out: hand whatever is still staged to the socket
+        // once more, then close the stream gracefully.
+        crate::tx::kick(q);
+        q.detach_stream();
         q.lock_cm().close(sh);
         sh.unregister_qp(q.qpn);
         // The progress thread may be finishing an event for this QP; its CQs, SRQ
