@@ -678,9 +678,10 @@ fn bench(o: Opts) -> ExitCode {
         t.row(both("VmRSS per QP, after traffic [KiB]".into(), &|a, b| {
             format!("{:.1}", per(a, b, "rss2_kb"))
         }));
-        t.row(both("VmRSS per QP, 3 s after traffic [KiB]".into(), &|a, b| {
-            format!("{:.1}", per(a, b, "rss3_kb"))
-        }));
+        t.row(both(
+            "VmRSS per QP, 3 s after traffic [KiB]".into(),
+            &|a, b| format!("{:.1}", per(a, b, "rss3_kb")),
+        ));
         t.row(both("VmSize per QP [KiB]".into(), &|a, b| {
             format!("{:.1}", per(a, b, "vm_kb"))
         }));
