@@ -22,6 +22,10 @@ xiw_ensure_packages
 xiw_ensure_cargo
 
 start=$(date +%s)
+echo "== style: cargo fmt --check, cargo clippy -D warnings" >&2
+cargo fmt --all -- --check
+cargo clippy --release --workspace --all-targets -- -D warnings
+
 echo "== build (release, all targets)" >&2
 cargo build --release --workspace --all-targets
 
