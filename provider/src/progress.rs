@@ -37,6 +37,11 @@ pub fn run(sh: Arc<Shared>) {
     let mut last_trim = Instant::now();
     let mut may_trim = false;
     loop {
+        // Checked before every wait: the wake that follows `shutdown` may already
+        // have been drained along with an earlier kick.
+        if sh.shutdown.load(Ordering::Acquire) {
+            return;
+        }
         let spinning = !sh.cfg.spin.is_zero() && last_activity.elapsed() < sh.cfg.spin;
         let timeout = if spinning {
             0
