@@ -211,22 +211,17 @@ impl Tx {
     /// sees a completion can always post again.
     pub fn complete_ready(&mut self, qp: &Qp) {
         let mut c = qp.sq.consumer();
-        let mut done = Vec::new();
         while c != self.next {
             let Some(Slot::Done(status)) = *self.slot(c) else {
                 break;
             };
             *self.slot(c) = None;
             // SAFETY: slot `c` lies in [consumer, producer): posted and not yet released,
-            // so its contents are stable.
-            done.push((unsafe { qp.sq.read::<SendWqe>(c, 0) }, status));
+            // so its contents are stable until the release below.
+            let wqe: SendWqe = unsafe { qp.sq.read(c, 0) };
             c = c.wrapping_add(1);
-        }
-        if !done.is_empty() {
             qp.sq.release(c);
-            for (wqe, status) in &done {
-                qp.complete_send(wqe, *status);
-            }
+            qp.complete_send(&wqe, status);
         }
     }
 

@@ -44,6 +44,14 @@ fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     })
 }
 
+/// Points the caller's `bad_wr` at the WR that was refused.
+fn report_bad<T>(bad: *mut *mut T, wrs: &[*mut T], i: usize, first: *mut T) {
+    if !bad.is_null() {
+        // SAFETY: `bad` is the caller's out pointer for the failing WR.
+        unsafe { *bad = wrs.get(i).copied().unwrap_or(first) };
+    }
+}
+
 /// Returns null with errno set.
 fn null_err<T>(e: i32) -> *mut T {
     set_errno(e);
@@ -837,10 +845,7 @@ unsafe extern "C" fn post_srq_recv(
         match s.srq.post(&jobs) {
             Ok(()) => 0,
             Err((i, e)) => {
-                if !bad.is_null() {
-                    // SAFETY: caller's out pointer.
-                    unsafe { *bad = wrs[i] };
-                }
+                report_bad(bad, &wrs, i, wr);
                 e
             }
         }
@@ -1303,10 +1308,7 @@ unsafe extern "C" fn post_send(
                     &x.qp.sh,
                     format_args!("qp {}: post_send refused WR {i}: errno {e}", x.qp.qpn),
                 );
-                if !bad.is_null() {
-                    // SAFETY: caller's out pointer.
-                    unsafe { *bad = wrs.get(i).copied().unwrap_or(wr) };
-                }
+                report_bad(bad, &wrs, i, wr);
                 e
             }
         }
@@ -1329,10 +1331,7 @@ unsafe extern "C" fn post_recv(
         match x.qp.post_recv(&jobs) {
             Ok(()) => 0,
             Err((i, e)) => {
-                if !bad.is_null() {
-                    // SAFETY: caller's out pointer.
-                    unsafe { *bad = wrs.get(i).copied().unwrap_or(wr) };
-                }
+                report_bad(bad, &wrs, i, wr);
                 e
             }
         }
