@@ -130,6 +130,9 @@ pub struct Pair {
     pub server: Output,
     pub client: Output,
     pub timed_out: bool,
+    /// libibverbs log files of the two sides (server, client), if they were
+    /// given one: xiw writes every QP failure and its reason there.
+    pub logs: Option<(PathBuf, PathBuf)>,
 }
 
 impl Pair {
@@ -145,9 +148,9 @@ impl Pair {
         String::from_utf8_lossy(&self.client.stdout).into_owned()
     }
 
-    /// Everything both printed, for assertion messages.
+    /// Everything both printed (and logged, see [`Pair::logs`]), for assertion messages.
     pub fn dump(&self) -> String {
-        format!(
+        let mut s = format!(
             "--- server (status {:?}) stdout:\n{}\n--- server stderr:\n{}\n--- client (status {:?}) stdout:\n{}\n--- client stderr:\n{}",
             self.server.status,
             String::from_utf8_lossy(&self.server.stdout),
@@ -155,8 +158,40 @@ impl Pair {
             self.client.status,
             String::from_utf8_lossy(&self.client.stdout),
             String::from_utf8_lossy(&self.client.stderr),
-        )
+        );
+        if let Some((sl, cl)) = &self.logs {
+            for (side, path) in [("server", sl), ("client", cl)] {
+                let text = std::fs::read_to_string(path).unwrap_or_default();
+                s.push_str(&format!("\n--- {side} libibverbs log ({}):\n{text}", path.display()));
+            }
+        }
+        s
     }
+
+
+}
+
+impl Drop for Pair {
+    /// The log files go with the pair: a failure has shown them by then, in [`Pair::dump`].
+    fn drop(&mut self) {
+        if let Some((sl, cl)) = self.logs.take() {
+            let _ = std::fs::remove_file(sl);
+            let _ = std::fs::remove_file(cl);
+        }
+    }
+}
+
+/// Where the programs of a pair that uses `port` log (server, client): files
+/// made empty now, that both sides may write from inside any namespace.
+fn log_files(tag: &str, port: u16) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join("xiw-tests-logs");
+    let _ = std::fs::create_dir_all(&dir);
+    let make = |side: &str| {
+        let p = dir.join(format!("{tag}-{port}-{side}.log"));
+        let _ = std::fs::write(&p, b"");
+        p
+    };
+    (make("server"), make("client"))
 }
 
 fn spawn(mut c: Command) -> Child {
@@ -225,6 +260,7 @@ pub fn run_pair(
                 server,
                 client,
                 timed_out: true,
+                logs: None,
             };
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -237,6 +273,7 @@ pub fn run_pair(
         server,
         client,
         timed_out: ct || st,
+        logs: None,
     }
 }
 
@@ -338,10 +375,14 @@ pub fn run_tool_pair(
     timeout: Duration,
 ) -> Pair {
     let port = port();
-    let build = |dev: &Device, peer: Option<&str>| {
+    let (server_log, client_log) = log_files(tool, port);
+    let build = |dev: &Device, peer: Option<&str>, log: &Path| {
         // Line-buffered stdout (stdbuf execs the tool, same pid): a tool killed
         // at the time-out still shows how far it got.
         let mut c = dev.cmd("stdbuf");
+        // libibverbs' own log, where xiw reports why a QP failed, kept off
+        // stderr (which the checks expect clean).
+        c.env("VERBS_LOG_LEVEL", "4").env("VERBS_LOG_FILE", log);
         c.args(["-oL", tool, "-d", "xiw0", "-p", &port.to_string()]);
         if tool.starts_with("ibv_") {
             c.args(["-g", "0"]);
@@ -352,14 +393,16 @@ pub fn run_tool_pair(
         }
         c
     };
-    run_pair_quick(
-        build(server, None),
+    let mut pair = run_pair_quick(
+        build(server, None, &server_log),
         server.netns.as_deref(),
         port,
-        build(client, Some(&server.addr)),
+        build(client, Some(&server.addr), &client_log),
         timeout,
         Duration::from_secs(10),
-    )
+    );
+    pair.logs = Some((server_log, client_log));
+    pair
 }
 
 /// [`run_pair`], except that a server whose client failed gets only `grace`
@@ -389,6 +432,7 @@ pub fn run_pair_quick(
                 server,
                 client,
                 timed_out: true,
+                logs: None,
             };
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -405,6 +449,7 @@ pub fn run_pair_quick(
         server,
         client,
         timed_out: ct || st,
+        logs: None,
     }
 }
 

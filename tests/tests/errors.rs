@@ -105,12 +105,10 @@ fn peer_killed_mid_transfer_flushes_outstanding_work() {
 
 /// As above with RDMA Reads among the Writes, twenty times over. A Read waiting
 /// for its response when the server dies must complete in error like the rest.
-/// Today the provider deadlocks in some of the runs: the Read Response path
-/// (`rx::read_response`, rx lock held) kicks the send queue, `Tx::run` finds
-/// the stream broken, and `Qp::fail` -> `Qp::flush` takes the rx lock again;
-/// the client then hangs in `ibv_post_send`.
+/// (A failure found while transmitting from the receive path, with the rx lock
+/// held, is applied later by the progress thread with no lock held; applying it
+/// on the spot used to deadlock here.)
 #[test]
-
 fn peer_killed_with_reads_outstanding() {
     let _g = serial();
     for run in 0..20 {
@@ -126,11 +124,9 @@ fn peer_killed_with_reads_outstanding() {
 /// A fenced Send with a bad lkey behind an RDMA Read: it is framed when the
 /// Read's response arrives, on the progress thread's receive path, and must
 /// complete with IBV_WC_LOC_PROT_ERR like the same error found by
-/// ibv_post_send. Today the provider deadlocks there: `rx::on_readable` holds
-/// the QP's rx lock, `tx::kick` fails the QP, and `Qp::flush` takes the rx lock
-/// again, freezing every QP of the context.
+/// ibv_post_send, without freezing the context (the failure is deferred out of
+/// the receive path's locks).
 #[test]
-
 fn local_error_found_on_the_receive_path() {
     let _g = serial();
     let pair = errors_pair(&["fenced-bad-lkey-after-read"]);

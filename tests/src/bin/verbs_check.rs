@@ -20,8 +20,8 @@
 //!   along, plus the error codes of the verbs themselves (case `verbs`). Only
 //!   run when named: `peer-death` (the server `_exit`s in the middle of the
 //!   client's RDMA Writes), `peer-death-with-reads` (the same with RDMA Reads
-//!   outstanding) and `fenced-bad-lkey-after-read`; the last two show a known
-//!   provider deadlock (see tests/tests/errors.rs).
+//!   outstanding) and `fenced-bad-lkey-after-read` (a local error found on the
+//!   receive path; see tests/tests/errors.rs).
 //!   The client's `--seed` and `--case` choices rule; the server follows them.
 //!
 //! Common options: `--timeout SECS` (a watchdog ends the process after that,
