@@ -22,6 +22,13 @@ use crate::wire::mpa;
 /// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
 const PD_MAGIC: &[u8; 4] = b"xiw1";
 const PD_LEN: usize = 12;
+/// Then, optionally, a word of flags (older xiw sent none: all clear).
+const PD_FLAGS_LEN: usize = 4;
+/// The sender speaks RFC 7306 and the commit draft.
+const PD_FLAG_EXTENSIONS: u32 = 1 << 0;
+/// The sender sends Send with Immediate as Immediate Data directly followed by
+/// its Send, and Immediate Data alone only right after an RDMA Write.
+const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
 
 /// A listening socket on the device address; returns it and its port.
 pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
@@ -58,7 +65,7 @@ pub fn request_target(frame: &[u8]) -> Option<u32> {
     if req.kind != mpa::FrameKind::Request {
         return None;
     }
-    parse_private(req.private_data, req.enhanced, req.revision).map(|(_, _, _, to)| to)
+    parse_private(req.private_data, req.enhanced, req.revision).map(|p| p.to)
 }
 
 /// Turns a connection away with an MPA Reply carrying the Reject bit.
@@ -92,6 +99,7 @@ struct Request {
     crc: bool,
     ird: u32,
     initiator_qpn: u32,
+    flags: u32,
 }
 
 pub struct Cm {
@@ -304,7 +312,7 @@ impl Cm {
     }
 
     fn private_data(qp: &Qp, ird: u32, ord: u32, to_qpn: u32) -> Vec<u8> {
-        let mut pd = vec![0u8; mpa::ENHANCED_LEN + PD_LEN];
+        let mut pd = vec![0u8; mpa::ENHANCED_LEN + PD_LEN + PD_FLAGS_LEN];
         mpa::EnhancedParams {
             ird: ird as u16,
             ord: ord as u16,
@@ -315,6 +323,12 @@ impl Cm {
         pd[4..8].copy_from_slice(PD_MAGIC);
         pd[8..12].copy_from_slice(&qp.qpn.to_be_bytes());
         pd[12..16].copy_from_slice(&to_qpn.to_be_bytes());
+        let flags = if qp.sh.cfg.extensions {
+            PD_FLAG_EXTENSIONS | PD_FLAG_IMM_PAIRS
+        } else {
+            0
+        };
+        pd[16..20].copy_from_slice(&flags.to_be_bytes());
         pd
     }
 
@@ -351,11 +365,10 @@ impl Cm {
         if rep.markers {
             return Err("the peer asked for MPA markers, which xiw does not use".into());
         }
-        let (ird, _) = parse_private(rep.private_data, rep.enhanced, rep.revision)
-            .filter(|&(_, _, from, to)| Some(from) == self.peer.map(|p| p.1) && to == qp.qpn)
-            .map(|(ird, ord, _, _)| (ird, ord))
+        let p = parse_private(rep.private_data, rep.enhanced, rep.revision)
+            .filter(|p| Some(p.from) == self.peer.map(|p| p.1) && p.to == qp.qpn)
             .ok_or("the MPA reply is not from the expected QP")?;
-        self.establish(qp, true, rep.crc, ird);
+        self.establish(qp, true, rep.crc, p.ird, p.flags);
         Ok(())
     }
 
@@ -365,12 +378,12 @@ impl Cm {
         if req.kind != mpa::FrameKind::Request || req.markers {
             return Err(());
         }
-        let (ird, _ord, from, _to) =
-            parse_private(req.private_data, req.enhanced, req.revision).ok_or(())?;
+        let p = parse_private(req.private_data, req.enhanced, req.revision).ok_or(())?;
         self.request = Some(Request {
             crc: req.crc,
-            ird,
-            initiator_qpn: from,
+            ird: p.ird,
+            initiator_qpn: p.from,
+            flags: p.flags,
         });
         Ok(())
     }
@@ -411,7 +424,7 @@ impl Cm {
             private_data: &pd,
         })
         .map_err(|e| format!("sending MPA reply: {e}"))?;
-        self.establish(qp, false, crc, req.ird);
+        self.establish(qp, false, crc, req.ird, req.flags);
         Ok(())
     }
 
@@ -422,7 +435,7 @@ impl Cm {
     }
 
     /// MPA is done: hand the stream to the data path.
-    fn establish(&mut self, qp: &Qp, initiator: bool, crc: bool, peer_ird: u32) {
+    fn establish(&mut self, qp: &Qp, initiator: bool, crc: bool, peer_ird: u32, peer_flags: u32) {
         let fd = self.sock_fd();
         let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
         let attrs = *qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
@@ -432,6 +445,8 @@ impl Cm {
             let cur = rx.cur.take();
             *rx = Rx::established(fd, crc, !initiator, attrs.qp_access_flags);
             rx.cur = cur;
+            rx.extensions = qp.sh.cfg.extensions;
+            rx.merge_imm = qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0;
         }
         {
             let mut t = qp.lock_tx();
@@ -556,8 +571,16 @@ fn local_ird_ord(qp: &Qp) -> (u32, u32) {
     (ird, ord)
 }
 
-/// (peer IRD, peer ORD, sender QPN, receiver QPN) from xiw's private data.
-fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<(u32, u32, u32, u32)> {
+/// What xiw's private data says.
+#[derive(Clone, Copy, Debug)]
+struct Private {
+    ird: u32,
+    from: u32,
+    to: u32,
+    flags: u32,
+}
+
+fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<Private> {
     let (ird, ord, rest) = if enhanced || revision == 2 {
         let e = mpa::EnhancedParams::parse(pd.get(..mpa::ENHANCED_LEN)?).ok()?;
         (e.ird as u32, e.ord as u32, &pd[mpa::ENHANCED_LEN..])
@@ -569,7 +592,17 @@ fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<(u32, u32, u
     }
     let from = u32::from_be_bytes(rest[4..8].try_into().ok()?);
     let to = u32::from_be_bytes(rest[8..12].try_into().ok()?);
-    Some((ird, ord, from, to))
+    let flags = rest
+        .get(PD_LEN..PD_LEN + PD_FLAGS_LEN)
+        .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+        .unwrap_or(0);
+    let _ = ord;
+    Some(Private {
+        ird,
+        from,
+        to,
+        flags,
+    })
 }
 
 fn canonical(a: IpAddr) -> IpAddr {

@@ -29,6 +29,10 @@ pub struct Config {
     pub linger: Duration,
     /// SCHED_FIFO priority for the progress thread (XIW_PROGRESS_RT, 0 = normal scheduling).
     pub rt_prio: i32,
+    /// RFC 7306 atomics and immediate data, and the RDMA Flush / Verify / Atomic
+    /// Write of draft-talpey-rdma-commit (XIW_EXTENSIONS=0: behave as a plain
+    /// RFC 5040 RNIC, answering them with a Terminate).
+    pub extensions: bool,
     pub debug: bool,
 }
 
@@ -47,6 +51,7 @@ impl Config {
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
             linger: Duration::from_millis(num("XIW_LINGER_MS", 1000)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
+            extensions: num("XIW_EXTENSIONS", 1) != 0,
             debug: crate::log::env_debug(),
         }
     }

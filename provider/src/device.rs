@@ -53,6 +53,11 @@ static DEVICE_OPS: verbs_device_ops = verbs_device_ops {
     uninit_device: Some(uninit_device),
 };
 
+/// The ops every xiw device carries: how a context is recognised as xiw's.
+pub fn device_ops() -> *const verbs_device_ops {
+    &DEVICE_OPS
+}
+
 #[used]
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = register;

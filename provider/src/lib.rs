@@ -2,7 +2,8 @@
 //!
 //! The file names follow the RNIC's parts: `cm` (connection and MPA), `qp` and
 //! `qpstate` (queue pairs), `tx` and `rx` (the data path), `mem` (STags), `cq`,
-//! `srq`, `verbs` (the C surface), `device` (registration), `wire` (codecs).
+//! `srq`, `verbs` (the C surface), `dv` (the direct verbs of xiwdv.h), `persist`
+//! (the medium behind flushable memory), `device` (registration), `wire` (codecs).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cm;
@@ -10,8 +11,10 @@ pub mod context;
 pub mod cq;
 pub mod device;
 pub mod devinfo;
+pub mod dv;
 pub mod log;
 pub mod mem;
+pub mod persist;
 pub mod progress;
 pub mod qp;
 pub mod qpstate;

@@ -6,8 +6,10 @@
 //! PD, permission and bounds before a byte is touched, under a read lock that
 //! deregistration waits for, so memory is never touched after `ibv_dereg_mr`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::RwLock;
+
+use crate::persist::{Hash, Media};
 
 use xiw_abi::verbs::*;
 
@@ -36,6 +38,15 @@ pub struct Mr {
     pub pd: u32,
     pub key: u8,
     valid: AtomicBool,
+    /// The medium behind a flushable or verifiable MR, and its Verify hash.
+    pub ext: Option<Box<MrExt>>,
+}
+
+/// What RDMA Flush and Verify need to know about an MR (draft-talpey-rdma-commit
+/// section 2.4: attributes kept locally, never on the wire).
+pub struct MrExt {
+    pub media: Media,
+    pub hash: Option<Hash>,
 }
 
 impl Mr {
@@ -84,6 +95,19 @@ struct Slots {
 
 impl MrTable {
     pub fn register(&self, pd: u32, addr: u64, len: u64, iova: u64, access: u32) -> u32 {
+        self.register_ext(pd, addr, len, iova, access, None)
+    }
+
+    /// As [`MrTable::register`], with the flush/verify attributes of the MR.
+    pub fn register_ext(
+        &self,
+        pd: u32,
+        addr: u64,
+        len: u64,
+        iova: u64,
+        access: u32,
+        ext: Option<Box<MrExt>>,
+    ) -> u32 {
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
         let index = match s.free.pop() {
             Some(i) => i,
@@ -108,6 +132,7 @@ impl MrTable {
             pd,
             key,
             valid: AtomicBool::new(true),
+            ext,
         });
         index << 8 | key as u32
     }
@@ -170,6 +195,47 @@ impl MrTable {
     }
 
     /// Copies `data` into `[to, to+len)` of `stag`, after every check.
+    /// As [`MrTable::with_mem_allowed`], also handing `f` the MR itself.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_mr_allowed<R>(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        len: usize,
+        need: u32,
+        allowed: u32,
+        f: impl FnOnce(u64, &Mr) -> R,
+    ) -> Result<R, AccessError> {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let mr = lookup(&s, stag)?;
+        let host = mr.check(pd, to, len as u64, need, allowed)?;
+        Ok(f(host, mr))
+    }
+
+    /// Runs `f` on the 64-bit word at `to` (RFC 7306 section 5: the caller has
+    /// checked the alignment); `None` if the word is not 8-byte aligned.
+    pub fn atomic<R>(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        need: u32,
+        allowed: u32,
+        f: impl FnOnce(&AtomicU64) -> R,
+    ) -> Result<Option<R>, AccessError> {
+        self.with_mem_allowed(stag, pd, to, 8, need, allowed, |p| {
+            if !(p as usize).is_multiple_of(8) {
+                return None;
+            }
+            // SAFETY: the 8 bytes at `p` are inside a registered MR, which stays
+            // registered while the table's read lock is held, and aligned; other
+            // accesses to it are the application's, which an RNIC's atomics are
+            // not atomic against anyway (RFC 7306 section 5.4 rule 2).
+            Some(f(unsafe { AtomicU64::from_ptr(p as *mut u64) }))
+        })
+    }
+
     pub fn write(
         &self,
         stag: u32,
@@ -235,10 +301,19 @@ fn lookup(s: &Slots, stag: u32) -> Result<&Mr, AccessError> {
 }
 
 /// Access flags xiw understands at registration.
+/// rdma-core 45+ `IBV_ACCESS_FLUSH_GLOBAL`: the peer may flush to global visibility.
+pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+/// rdma-core 45+ `IBV_ACCESS_FLUSH_PERSISTENT`: the peer may flush to persistence.
+pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+/// Internal: the MR has a Verify hash (set by xiwdv_reg_mr, never by the application).
+pub const ACCESS_VERIFY: u32 = 1 << 19;
+
 pub const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC
+    | ACCESS_FLUSH_GLOBAL
+    | ACCESS_FLUSH_PERSISTENT
     | IBV_ACCESS_RELAXED_ORDERING;
 
 #[cfg(test)]

@@ -21,6 +21,8 @@ pub const MAX_SGE: u32 = 16;
 pub const MAX_INLINE: u32 = 256;
 /// IRD/ORD limit (RFC 6581 allows 14 bits; this is what xiw provisions).
 pub const MAX_RD_ATOMIC: u32 = 128;
+/// `IBV_WC_FLUSH` of rdma-core 45 and later (absent from 44's verbs.h).
+pub const WC_FLUSH: u32 = 8;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Caps {
@@ -260,6 +262,11 @@ impl Qp {
 
     /// Reports a send-side completion (in order) to the send CQ.
     pub fn complete_send(&self, wqe: &SendWqe, status: u32) {
+        self.complete_send_len(wqe, status, None)
+    }
+
+    /// As [`Qp::complete_send`], with `len` for byte_len when given.
+    pub fn complete_send_len(&self, wqe: &SendWqe, status: u32, len: Option<u32>) {
         let signaled = wqe.flags & ring::wqe_flag::SIGNALED != 0;
         if status == IBV_WC_SUCCESS && !signaled {
             return;
@@ -274,6 +281,8 @@ impl Qp {
             ring::op::ATOMIC_FETCH_ADD | ring::op::ATOMIC_MASKED_FETCH_ADD => IBV_WC_FETCH_ADD,
             ring::op::LOCAL_INV => IBV_WC_LOCAL_INV,
             ring::op::ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
+            ring::op::FLUSH => WC_FLUSH,
+            ring::op::VERIFY => IBV_WC_DRIVER1,
             _ => IBV_WC_SEND,
         };
         let byte_len = match wqe.opcode {
@@ -282,9 +291,11 @@ impl Qp {
             | ring::op::ATOMIC_FETCH_ADD
             | ring::op::ATOMIC_MASKED_CMP_SWP
             | ring::op::ATOMIC_MASKED_FETCH_ADD
-            | ring::op::ATOMIC_SWAP => 8,
+            | ring::op::ATOMIC_SWAP
+            | ring::op::ATOMIC_WRITE => 8,
             _ => 0,
         };
+        let byte_len = len.unwrap_or(byte_len);
         self.push_cqe(
             &self.send_cq,
             Cqe {

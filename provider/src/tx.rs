@@ -11,10 +11,10 @@ use std::sync::atomic::Ordering;
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
 
-use crate::mem::NEED_NONE;
+use crate::mem::{self, NEED_NONE};
 use crate::qp::Qp;
-use crate::rx::{Fail, PendingRead};
-use crate::wire::{ddp, mpa, rdmap};
+use crate::rx::{self, Fail, PendingRead};
+use crate::wire::{atomic, commit, ddp, mpa, rdmap};
 
 /// Bytes framed per round before they are written.
 const BATCH: usize = 256 * 1024;
@@ -25,9 +25,11 @@ const TRIM_KEEP: usize = 16 * 1024;
 enum Slot {
     /// Framed; completes once the stream has taken its last byte.
     Sent,
-    /// Waiting for a response (RDMA Read).
+    /// Waiting for a response (RDMA Read, Atomic, Flush, Verify, Atomic Write).
     AwaitResponse,
     Done(u32),
+    /// Done, with a byte count other than the WQE's own (the hash of a Verify).
+    DoneLen(u32, u32),
 }
 
 /// An RDMA Read Request accepted from the peer, answered in order (RFC 5040 section 5.3).
@@ -40,9 +42,74 @@ pub struct ReadResp {
     pub len: u32,
 }
 
+/// A DDP queue 1 request from the peer (RDMA Read Request, RFC 7306 Atomic
+/// Request, RDMA Flush / Verify / Atomic Write Request), answered strictly in
+/// the order it came (RFC 7306 section 5.4, draft-talpey-rdma-commit section 4):
+/// each is carried out when its turn to be answered comes, so a Read answered
+/// before an Atomic never sees that Atomic's result, and an Atomic Write is
+/// placed only after every earlier Flush has finished.
+#[derive(Clone, Copy, Debug)]
+pub enum Inbound {
+    Read(ReadResp),
+    Atomic {
+        req: atomic::AtomicRequestRepr,
+        allowed: u32,
+        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
+    },
+    Flush {
+        stag: u32,
+        to: u64,
+        len: u32,
+        flags: u32,
+        allowed: u32,
+        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
+    },
+    Verify {
+        stag: u32,
+        to: u64,
+        len: u32,
+        expected: [u8; VERIFY_MAX_HASH],
+        expected_len: u8,
+        allowed: u32,
+        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
+    },
+    AtomicWrite {
+        stag: u32,
+        to: u64,
+        value: u64,
+        allowed: u32,
+        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
+    },
+}
+
+/// Largest Verify hash xiw produces or accepts (SHA-256).
+pub const VERIFY_MAX_HASH: usize = 32;
+
+/// A queue 1 request this side issued, waiting for its response; they come
+/// back in the order sent.
+#[derive(Clone, Debug)]
+pub enum Outstanding {
+    Read(PendingRead),
+    Atomic {
+        sq_idx: u32,
+        request_id: u32,
+        result: Vec<Sge>,
+    },
+    Flush {
+        sq_idx: u32,
+    },
+    Verify {
+        sq_idx: u32,
+        result: Vec<Sge>,
+    },
+    AtomicWrite {
+        sq_idx: u32,
+    },
+}
+
 enum Job {
     Sq { idx: u32, wqe: SendWqe, body: Body },
-    ReadResp(ReadResp),
+    Inbound(Inbound),
 }
 
 enum Body {
@@ -73,11 +140,15 @@ pub struct Tx {
     slots: Vec<Option<Slot>>,
     done_at: VecDeque<(u32, u64)>,
     cur: Option<Cur>,
-    /// Next MSN for each outbound untagged queue (QN 0, 1, 2); the first is 1 (RFC 5041 5.1).
-    msn: [u32; 3],
+    /// Next MSN for each outbound untagged queue (QN 0 to 3); the first is 1 (RFC 5041 5.1).
+    msn: [u32; 4],
     pub ord_max: u32,
-    pub reads: VecDeque<PendingRead>,
-    pub irq: VecDeque<ReadResp>,
+    /// Requests sent on queue 1 and not yet answered, oldest first (at most ORD).
+    pub orq: VecDeque<Outstanding>,
+    /// Requests received on queue 1 and not yet answered (at most IRD).
+    pub irq: VecDeque<Inbound>,
+    /// Request Identifier of the next Atomic Request (RFC 7306 section 5.2.1).
+    next_request_id: u32,
     pub ird_max: u32,
     /// A Terminate body to send ahead of everything else.
     pub term: Option<Vec<u8>>,
@@ -105,10 +176,11 @@ impl Tx {
             slots: vec![None; entries as usize],
             done_at: VecDeque::new(),
             cur: None,
-            msn: [1; 3],
+            msn: [1; 4],
             ord_max: 1,
-            reads: VecDeque::new(),
+            orq: VecDeque::new(),
             irq: VecDeque::new(),
+            next_request_id: 1,
             ird_max: 1,
             term: None,
             rtr: false,
@@ -212,8 +284,10 @@ impl Tx {
     pub fn complete_ready(&mut self, qp: &Qp) {
         let mut c = qp.sq.consumer();
         while c != self.next {
-            let Some(Slot::Done(status)) = *self.slot(c) else {
-                break;
+            let (status, len) = match *self.slot(c) {
+                Some(Slot::Done(status)) => (status, None),
+                Some(Slot::DoneLen(status, len)) => (status, Some(len)),
+                _ => break,
             };
             *self.slot(c) = None;
             // SAFETY: slot `c` lies in [consumer, producer): posted and not yet released,
@@ -221,13 +295,19 @@ impl Tx {
             let wqe: SendWqe = unsafe { qp.sq.read(c, 0) };
             c = c.wrapping_add(1);
             qp.sq.release(c);
-            qp.complete_send(&wqe, status);
+            qp.complete_send_len(&wqe, status, len);
         }
     }
 
-    /// Marks the oldest outstanding RDMA Read as answered.
+    /// Marks the oldest outstanding queue 1 request as answered.
     pub fn read_done(&mut self, qp: &Qp, idx: u32, status: u32) {
         *self.slot(idx) = Some(Slot::Done(status));
+        self.complete_ready(qp);
+    }
+
+    /// As [`Tx::read_done`], with the byte count to report.
+    pub fn response_done(&mut self, qp: &Qp, idx: u32, len: u32) {
+        *self.slot(idx) = Some(Slot::DoneLen(IBV_WC_SUCCESS, len));
         self.complete_ready(qp);
     }
 
@@ -238,7 +318,7 @@ impl Tx {
         self.off = 0;
         self.cur = None;
         self.done_at.clear();
-        self.reads.clear();
+        self.orq.clear();
         self.irq.clear();
         self.term = None;
         self.complete_ready(qp);
@@ -311,7 +391,7 @@ impl Tx {
     fn next_job(&mut self, qp: &Qp) -> Result<Option<Cur>, Fail> {
         if let Some(r) = self.irq.pop_front() {
             return Ok(Some(Cur {
-                job: Job::ReadResp(r),
+                job: Job::Inbound(r),
                 sent: 0,
             }));
         }
@@ -326,10 +406,10 @@ impl Tx {
         let idx = self.next;
         // SAFETY: slot `idx` is in [consumer, producer): published by post_send and not released.
         let wqe: SendWqe = unsafe { qp.sq.read(idx, 0) };
-        if wqe.flags & wqe_flag::FENCE != 0 && !self.reads.is_empty() {
+        if wqe.flags & wqe_flag::FENCE != 0 && !self.orq.is_empty() {
             return Ok(None);
         }
-        if wqe.opcode == op::READ && self.reads.len() as u32 >= self.ord_max {
+        if queue1_request(wqe.opcode) && self.orq.len() as u32 >= self.ord_max {
             return Ok(None);
         }
         let body = if wqe.flags & wqe_flag::INLINE != 0 {
@@ -358,7 +438,10 @@ impl Tx {
         if let Body::Sges(sges) = &body {
             // Local protection is checked before the first byte goes out.
             for s in sges.iter().filter(|s| s.length > 0) {
-                let need = if wqe.opcode == op::READ {
+                let need = if queue1_request(wqe.opcode)
+                    && !matches!(wqe.opcode, op::FLUSH | op::ATOMIC_WRITE)
+                {
+                    // The response lands here: a Read's data, an atomic's original, a hash.
                     IBV_ACCESS_LOCAL_WRITE
                 } else {
                     NEED_NONE
@@ -382,7 +465,7 @@ impl Tx {
     /// Frames as much of `cur` as the batch allows; true once its last FPDU is framed.
     fn frame_job(&mut self, qp: &Qp, cur: &mut Cur) -> Result<bool, Fail> {
         match &cur.job {
-            Job::ReadResp(r) => {
+            Job::Inbound(Inbound::Read(r)) => {
                 let r = *r;
                 loop {
                     let n = (r.len as u64 - cur.sent).min(self.mulpdu as u64) as usize;
@@ -422,10 +505,39 @@ impl Tx {
                     }
                 }
             }
+            Job::Inbound(req) => {
+                let req = *req;
+                self.answer(qp, &req)?;
+                Ok(true)
+            }
             Job::Sq { idx, wqe, .. } => {
                 let (idx, wqe) = (*idx, *wqe);
                 match wqe.opcode {
-                    op::SEND | op::SEND_INV | op::WRITE => self.frame_data(qp, cur, idx, &wqe),
+                    op::SEND | op::SEND_INV | op::SEND_IMM | op::WRITE | op::WRITE_IMM => {
+                        self.frame_data(qp, cur, idx, &wqe)
+                    }
+                    op::ATOMIC_CMP_SWP
+                    | op::ATOMIC_FETCH_ADD
+                    | op::ATOMIC_MASKED_CMP_SWP
+                    | op::ATOMIC_MASKED_FETCH_ADD
+                    | op::ATOMIC_SWAP
+                    | op::FLUSH
+                    | op::VERIFY
+                    | op::ATOMIC_WRITE => {
+                        let Job::Sq {
+                            body: Body::Sges(sges),
+                            ..
+                        } = &cur.job
+                        else {
+                            return Err(Fail::local(
+                                IBV_WC_LOC_QP_OP_ERR,
+                                "inline queue 1 request",
+                            ));
+                        };
+                        let sges = sges.clone();
+                        self.frame_request(idx, &wqe, sges)?;
+                        Ok(true)
+                    }
                     op::READ => {
                         let Job::Sq {
                             body: Body::Sges(sges),
@@ -443,14 +555,14 @@ impl Tx {
                             src_stag: wqe.rkey,
                             src_to: wqe.remote_addr,
                         };
-                        self.reads.push_back(PendingRead {
+                        self.orq.push_back(Outstanding::Read(PendingRead {
                             sq_idx: idx,
                             sink_stag,
                             sink_to,
                             sges: sges.clone(),
                             length: wqe.length as u64,
                             received: 0,
-                        });
+                        }));
                         *self.slot(idx) = Some(Slot::AwaitResponse);
                         let mut body = [0u8; rdmap::READ_REQUEST_LEN];
                         req.emit(&mut rdmap::ReadRequestPacket::new_unchecked(&mut body[..]));
@@ -503,7 +615,13 @@ impl Tx {
             (_, false) => rdmap::Opcode::Send,
             (_, true) => rdmap::Opcode::SendSolicited,
         };
-        let is_send = wqe.opcode != op::WRITE;
+        let is_send = !matches!(wqe.opcode, op::WRITE | op::WRITE_IMM);
+        if wqe.opcode == op::SEND_IMM && cur.sent == 0 {
+            // Send with Immediate: Immediate Data, then the Send it belongs to, in
+            // one run of the stream (xiw's receiver gives both one receive; a plain
+            // RFC 7306 receiver completes them as two messages, in order).
+            self.push_immediate(wqe.imm_or_inv, false)?;
+        }
         let msn = if is_send && cur.sent == 0 {
             self.take_msn(ddp::QN_SEND)
         } else {
@@ -537,6 +655,10 @@ impl Tx {
             self.push_fpdu(&hdr, &[], |buf| gather(qp, body, off, n, buf), n)?;
             cur.sent += n as u64;
             if last {
+                if wqe.opcode == op::WRITE_IMM {
+                    // RDMA Write with Immediate: the Write, then Immediate Data (RFC 7306 section 6).
+                    self.push_immediate(wqe.imm_or_inv, solicited)?;
+                }
                 self.done_at.push_back((idx, self.framed));
                 return Ok(true);
             }
@@ -544,6 +666,311 @@ impl Tx {
                 return Ok(false);
             }
         }
+    }
+
+    /// One Immediate Data message: the 32-bit immediate of the verbs in the low
+    /// half of RFC 7306's 64 bits.
+    fn push_immediate(&mut self, imm: u32, solicited: bool) -> Result<(), Fail> {
+        let mut body = [0u8; atomic::IMMEDIATE_LEN];
+        body[4..].copy_from_slice(&imm.to_ne_bytes());
+        let op = if solicited {
+            rdmap::Opcode::ImmediateDataSolicited
+        } else {
+            rdmap::Opcode::ImmediateData
+        };
+        let msn = self.take_msn(ddp::QN_SEND);
+        let hdr = untagged(op, 0, ddp::QN_SEND, msn, 0, true);
+        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
+    }
+
+    /// An Atomic, Flush, Verify or Atomic Write Request on queue 1.
+    fn frame_request(&mut self, idx: u32, wqe: &SendWqe, sges: Vec<Sge>) -> Result<(), Fail> {
+        let (opcode, body, pending): (_, Vec<u8>, _) = match wqe.opcode {
+            op::FLUSH => {
+                let req = commit::FlushRequestRepr {
+                    stag: wqe.rkey,
+                    length: wqe.imm_or_inv,
+                    to: wqe.remote_addr,
+                    flags: wqe.op_flags as u32 & commit::FLUSH_KNOWN_FLAGS,
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut commit::FlushRequestPacket::new_unchecked(&mut b[..]));
+                (
+                    rdmap::Opcode::FlushRequest,
+                    b,
+                    Outstanding::Flush { sq_idx: idx },
+                )
+            }
+            op::VERIFY => {
+                let expected = verify_expected(wqe);
+                let req = commit::VerifyRequestRepr {
+                    stag: wqe.rkey,
+                    length: wqe.imm_or_inv,
+                    to: wqe.remote_addr,
+                    hash: &expected.0[..expected.1],
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut commit::VerifyRequestPacket::new_unchecked(&mut b[..]));
+                (
+                    rdmap::Opcode::VerifyRequest,
+                    b,
+                    Outstanding::Verify {
+                        sq_idx: idx,
+                        result: sges,
+                    },
+                )
+            }
+            op::ATOMIC_WRITE => {
+                let req = commit::AtomicWriteRequestRepr {
+                    stag: wqe.rkey,
+                    length: commit::ATOMIC_WRITE_DATA_LEN,
+                    to: wqe.remote_addr,
+                    data: wqe.operand0.to_be_bytes(),
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut commit::AtomicWriteRequestPacket::new_unchecked(
+                    &mut b[..],
+                ));
+                (
+                    rdmap::Opcode::AtomicWriteRequest,
+                    b,
+                    Outstanding::AtomicWrite { sq_idx: idx },
+                )
+            }
+            _ => {
+                let id = self.next_request_id;
+                self.next_request_id = id.wrapping_add(1);
+                let (stag, to) = (wqe.rkey, wqe.remote_addr);
+                let req = match wqe.opcode {
+                    op::ATOMIC_FETCH_ADD => {
+                        atomic::AtomicRequestRepr::fetch_add(id, stag, to, wqe.operand0)
+                    }
+                    op::ATOMIC_MASKED_FETCH_ADD => atomic::AtomicRequestRepr::masked_fetch_add(
+                        id,
+                        stag,
+                        to,
+                        wqe.operand0,
+                        wqe.mask0,
+                    ),
+                    op::ATOMIC_CMP_SWP => atomic::AtomicRequestRepr::cmp_swap(
+                        id,
+                        stag,
+                        to,
+                        wqe.operand0,
+                        wqe.operand1,
+                    ),
+                    op::ATOMIC_MASKED_CMP_SWP => atomic::AtomicRequestRepr::masked_cmp_swap(
+                        id,
+                        stag,
+                        to,
+                        wqe.operand0,
+                        wqe.mask0,
+                        wqe.operand1,
+                        wqe.mask1,
+                    ),
+                    // Swap: a CmpSwap whose compare mask selects nothing.
+                    _ => atomic::AtomicRequestRepr::masked_cmp_swap(
+                        id,
+                        stag,
+                        to,
+                        0,
+                        0,
+                        wqe.operand1,
+                        atomic::NO_MASK,
+                    ),
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut atomic::RequestPacket::new_unchecked(&mut b[..]));
+                (
+                    rdmap::Opcode::AtomicRequest,
+                    b,
+                    Outstanding::Atomic {
+                        sq_idx: idx,
+                        request_id: id,
+                        result: sges,
+                    },
+                )
+            }
+        };
+        self.orq.push_back(pending);
+        *self.slot(idx) = Some(Slot::AwaitResponse);
+        let msn = self.take_msn(ddp::QN_READ_REQUEST);
+        let hdr = untagged(opcode, 0, ddp::QN_READ_REQUEST, msn, 0, true);
+        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
+    }
+
+    /// Carries out a queue 1 request from the peer (other than a Read) and
+    /// frames its response on queue 3; a failure ends in a Terminate that names
+    /// the request (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
+    fn answer(&mut self, qp: &Qp, req: &Inbound) -> Result<(), Fail> {
+        let mrs = &qp.sh.mrs;
+        let pd = qp.pd;
+        let (opcode, body): (_, Vec<u8>) = match *req {
+            Inbound::Read(_) => unreachable!("reads are streamed by frame_job"),
+            Inbound::Atomic { req, allowed, dhdr } => {
+                let r = mrs.atomic(
+                    req.stag,
+                    pd,
+                    req.to,
+                    IBV_ACCESS_REMOTE_ATOMIC,
+                    allowed,
+                    |word| {
+                        let mut old = word.load(Ordering::SeqCst);
+                        loop {
+                            let Some(new) = req.apply(old) else {
+                                break None;
+                            };
+                            if new == old {
+                                break Some(old);
+                            }
+                            match word.compare_exchange_weak(
+                                old,
+                                new,
+                                Ordering::SeqCst,
+                                Ordering::SeqCst,
+                            ) {
+                                Ok(_) => break Some(old),
+                                Err(now) => old = now,
+                            }
+                        }
+                    },
+                );
+                let original = match r {
+                    Ok(Some(Some(v))) => v,
+                    Ok(_) => {
+                        return Err(rx::operation_failed(
+                            &dhdr,
+                            "atomic operation not performed",
+                        ))
+                    }
+                    Err(e) => return Err(rx::protection_failed(e, &dhdr, "atomic target gone")),
+                };
+                let resp = atomic::AtomicResponseRepr {
+                    request_id: req.request_id,
+                    original_value: original,
+                };
+                let mut b = vec![0u8; resp.buffer_len()];
+                resp.emit(&mut atomic::ResponsePacket::new_unchecked(&mut b[..]));
+                (rdmap::Opcode::AtomicResponse, b)
+            }
+            Inbound::Flush {
+                stag,
+                to,
+                len,
+                flags,
+                allowed,
+                dhdr,
+            } => {
+                if len > 0 {
+                    let need = flush_need(flags);
+                    let r = mrs.with_mr_allowed(
+                        stag,
+                        pd,
+                        to,
+                        len as usize,
+                        need,
+                        allowed,
+                        |host, mr| {
+                            if flags & commit::FLUSH_PERSISTENCE != 0 {
+                                match &mr.ext {
+                                    Some(ext) => ext.media.flush_persistent(host, len as u64)?,
+                                    None => {
+                                        return Err(std::io::Error::other(
+                                            "MR has no durable medium",
+                                        ))
+                                    }
+                                }
+                            }
+                            if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
+                                crate::persist::flush_global();
+                            }
+                            Ok(())
+                        },
+                    );
+                    match r {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            return Err(rx::operation_failed(
+                                &dhdr,
+                                &format!("RDMA Flush failed: {e}"),
+                            ))
+                        }
+                        Err(e) => return Err(rx::protection_failed(e, &dhdr, "flush target gone")),
+                    }
+                } else if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
+                    crate::persist::flush_global();
+                }
+                (rdmap::Opcode::FlushResponse, Vec::new())
+            }
+            Inbound::Verify {
+                stag,
+                to,
+                len,
+                expected,
+                expected_len,
+                allowed,
+                dhdr,
+            } => {
+                let r = mrs.with_mr_allowed(
+                    stag,
+                    pd,
+                    to,
+                    len as usize,
+                    mem::ACCESS_VERIFY,
+                    allowed,
+                    |host, mr| match mr.ext.as_deref() {
+                        Some(mem::MrExt {
+                            media,
+                            hash: Some(alg),
+                        }) => media.hash(*alg, host, len as u64),
+                        _ => Err(std::io::Error::other("MR is not verifiable")),
+                    },
+                );
+                let hash = match r {
+                    Ok(Ok(h)) => h,
+                    Ok(Err(e)) => {
+                        return Err(rx::operation_failed(
+                            &dhdr,
+                            &format!("RDMA Verify failed: {e}"),
+                        ))
+                    }
+                    Err(e) => return Err(rx::protection_failed(e, &dhdr, "verify target gone")),
+                };
+                if expected_len > 0 && expected[..expected_len as usize] != hash[..] {
+                    // A hash was given and does not match: Terminate, no response
+                    // (draft-talpey-rdma-commit sections 3.1.2.1 and 3.1.2.2).
+                    return Err(rx::operation_failed(&dhdr, "RDMA Verify: hash mismatch"));
+                }
+                (rdmap::Opcode::VerifyResponse, hash)
+            }
+            Inbound::AtomicWrite {
+                stag,
+                to,
+                value,
+                allowed,
+                dhdr,
+            } => {
+                let r = mrs.atomic(stag, pd, to, IBV_ACCESS_REMOTE_WRITE, allowed, |word| {
+                    word.store(value, Ordering::SeqCst)
+                });
+                match r {
+                    Ok(Some(())) => {}
+                    Ok(None) => {
+                        return Err(rx::operation_failed(
+                            &dhdr,
+                            "Atomic Write target not aligned",
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(rx::protection_failed(e, &dhdr, "atomic write target gone"))
+                    }
+                }
+                (rdmap::Opcode::AtomicWriteResponse, Vec::new())
+            }
+        };
+        let msn = self.take_msn(ddp::QN_ATOMIC_RESPONSE);
+        let hdr = untagged(opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
+        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
     }
 
     fn take_msn(&mut self, qn: u32) -> u32 {
@@ -623,6 +1050,46 @@ fn gather(qp: &Qp, body: &Body, mut off: u64, mut n: usize, out: &mut Vec<u8>) -
             Ok(())
         }
     }
+}
+
+/// Work that is answered by the peer on queue 3 or 2 and counts against ORD.
+pub fn queue1_request(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        op::READ
+            | op::ATOMIC_CMP_SWP
+            | op::ATOMIC_FETCH_ADD
+            | op::ATOMIC_MASKED_CMP_SWP
+            | op::ATOMIC_MASKED_FETCH_ADD
+            | op::ATOMIC_SWAP
+            | op::FLUSH
+            | op::VERIFY
+            | op::ATOMIC_WRITE
+    )
+}
+
+/// The MR permissions an RDMA Flush with `flags` needs.
+pub fn flush_need(flags: u32) -> u32 {
+    let mut need = 0;
+    if flags & commit::FLUSH_PERSISTENCE != 0 {
+        need |= mem::ACCESS_FLUSH_PERSISTENT;
+    }
+    if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
+        need |= mem::ACCESS_FLUSH_GLOBAL;
+    }
+    need
+}
+
+/// The expected hash of a Verify WQE (bytes, length): kept in its operand words.
+pub fn verify_expected(wqe: &SendWqe) -> ([u8; VERIFY_MAX_HASH], usize) {
+    let mut h = [0u8; VERIFY_MAX_HASH];
+    for (k, w) in [wqe.operand0, wqe.operand1, wqe.mask0, wqe.mask1]
+        .iter()
+        .enumerate()
+    {
+        h[k * 8..k * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+    }
+    (h, (wqe.op_flags as usize).min(VERIFY_MAX_HASH))
 }
 
 fn ctrl(op: rdmap::Opcode) -> u8 {

@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use xiw_abi::driver::*;
 use xiw_abi::ring::{op, wqe_flag, Cqe, SendWqe, Sge};
+
+use crate::mem::NEED_NONE;
 use xiw_abi::verbs::*;
 
 use crate::context::Shared;
@@ -37,7 +39,7 @@ fn set_errno(e: i32) {
 }
 
 /// Runs `f`, turning a panic into `on_panic` (and EIO in errno).
-fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         set_errno(libc::EIO);
         on_panic
@@ -139,6 +141,15 @@ unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
     }
 }
 
+/// [`shared`] for the direct verbs.
+///
+/// # Safety
+/// `ctx` is a context this provider allocated.
+pub(crate) unsafe fn shared_of<'a>(ctx: *mut ibv_context) -> &'a Shared {
+    // SAFETY: as the caller promises.
+    unsafe { shared(ctx) }
+}
+
 unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> &'a XiwPd {
     // SAFETY: every ibv_pd handed out is the first member of an XiwPd.
     unsafe { &*(pd as *mut XiwPd) }
@@ -181,6 +192,12 @@ unsafe extern "C" fn query_device_ex(
     })
 }
 
+/// `IB_UVERBS_DEVICE_FLUSH_GLOBAL`, `_FLUSH_PERSISTENT` and `_ATOMIC_WRITE` of
+/// newer kernels and rdma-core (device_cap_flags_ex bits).
+pub const DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+pub const DEVICE_FLUSH_PERSISTENT: u64 = 1 << 39;
+pub const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
+
 pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
     let mut a = ibv_device_attr_ex::default();
     let o = &mut a.orig_attr;
@@ -207,13 +224,23 @@ pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
     o.max_qp_rd_atom = qp::MAX_RD_ATOMIC as i32;
     o.max_res_rd_atom = (qp::MAX_RD_ATOMIC * MAX_QP) as i32;
     o.max_qp_init_rd_atom = qp::MAX_RD_ATOMIC as i32;
-    o.atomic_cap = IBV_ATOMIC_NONE;
+    // Atomics are carried out with CPU atomic instructions on the responder's
+    // memory: atomic against other QPs of this device and the host's own CPUs.
+    o.atomic_cap = if sh.cfg.extensions {
+        IBV_ATOMIC_GLOB
+    } else {
+        IBV_ATOMIC_NONE
+    };
     o.max_srq = MAX_SRQ as i32;
     o.max_srq_wr = qp::MAX_QP_WR as i32;
     o.max_srq_sge = qp::MAX_SGE as i32;
     o.max_pkeys = 1;
     o.phys_port_cnt = 1;
     a.device_cap_flags_ex = o.device_cap_flags as u64;
+    if sh.cfg.extensions {
+        a.device_cap_flags_ex |=
+            DEVICE_FLUSH_GLOBAL | DEVICE_FLUSH_PERSISTENT | DEVICE_ATOMIC_WRITE;
+    }
     a.phys_port_cnt_ex = 1;
     a
 }
@@ -338,7 +365,23 @@ unsafe extern "C" fn reg_mr(
             );
             return null_err(libc::EFAULT);
         }
-        let stag = sh.mrs.register(p.id, addr as u64, len as u64, iova, access);
+        let hash = crate::dv::take_pending_hash();
+        let ext = match mr_ext(sh, addr as u64, len as u64, access, hash) {
+            Ok(ext) => ext,
+            Err((e, why)) => {
+                crate::log::debug(sh, format_args!("reg_mr: {why}"));
+                crate::dv::set_last_error(&why);
+                return null_err(e);
+            }
+        };
+        let internal = if hash.is_some() {
+            access | mem::ACCESS_VERIFY
+        } else {
+            access
+        };
+        let stag = sh
+            .mrs
+            .register_ext(p.id, addr as u64, len as u64, iova, internal, ext);
         let mr = Box::new(XiwMr {
             vmr: verbs_mr {
                 ibv_mr: ibv_mr {
@@ -356,6 +399,46 @@ unsafe extern "C" fn reg_mr(
         });
         Box::into_raw(mr) as *mut ibv_mr
     })
+}
+
+/// The flush/verify attributes of a new MR: the medium behind it, found now,
+/// for flush-to-persistence and Verify (draft-talpey-rdma-commit section 2.4:
+/// memory that cannot be made durable is refused at registration).
+fn mr_ext(
+    sh: &Shared,
+    addr: u64,
+    len: u64,
+    access: u32,
+    hash: Option<crate::persist::Hash>,
+) -> Result<Option<Box<mem::MrExt>>, (i32, String)> {
+    let flush = access & (mem::ACCESS_FLUSH_GLOBAL | mem::ACCESS_FLUSH_PERSISTENT);
+    if (flush != 0 || hash.is_some()) && !sh.cfg.extensions {
+        return Err((
+            libc::EOPNOTSUPP,
+            "flushable and verifiable memory need the extensions (XIW_EXTENSIONS=0)".into(),
+        ));
+    }
+    let persistent = access & mem::ACCESS_FLUSH_PERSISTENT != 0;
+    if !(persistent || hash.is_some()) || len == 0 {
+        return Ok(None);
+    }
+    let media = crate::persist::Media::probe(addr, len).map_err(|e| (libc::EINVAL, e))?;
+    if persistent && !media.durable() {
+        let what = match media.kind() {
+            crate::persist::MediaKind::VolatileFile => {
+                "a file on a memory-only file system (tmpfs, ramfs or hugetlbfs)"
+            }
+            _ => "anonymous or private memory",
+        };
+        return Err((
+            libc::EINVAL,
+            format!(
+                "IBV_ACCESS_FLUSH_PERSISTENT: {addr:#x}+{len} is {what}, which nothing can make \
+                 durable; map a file on a persistent file system (MAP_SHARED) instead"
+            ),
+        ));
+    }
+    Ok(Some(Box::new(mem::MrExt { media, hash })))
 }
 
 /// True if `[addr, addr+len)` is mapped readable (and writable if asked), as
@@ -891,6 +974,21 @@ pub const SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
     | IBV_QP_EX_WITH_RDMA_READ
     | IBV_QP_EX_WITH_LOCAL_INV) as u64;
 
+/// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45+), and xiw's own Verify and masked atomics (xiwdv.h).
+pub const QP_EX_WITH_FLUSH: u64 = 1 << 11;
+pub const QP_EX_WITH_VERIFY: u64 = 1 << 32;
+pub const QP_EX_WITH_MASKED_ATOMICS: u64 = 1 << 33;
+
+/// What RFC 7306 and the commit draft add to the builders.
+pub const SEND_OPS_EXT: u64 = (IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | IBV_QP_EX_WITH_ATOMIC_WRITE) as u64
+    | QP_EX_WITH_FLUSH
+    | QP_EX_WITH_VERIFY
+    | QP_EX_WITH_MASKED_ATOMICS;
+
 fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv_qp, i32> {
     // SAFETY: ctx is ours.
     let sh_ref = unsafe { shared(ctx) };
@@ -905,7 +1003,12 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
     if a.comp_mask & !known != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS != 0 {
+    let ops = if sh_ref.cfg.extensions {
+        SEND_OPS | SEND_OPS_EXT
+    } else {
+        SEND_OPS
+    };
+    if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !ops != 0 {
         return Err(libc::EOPNOTSUPP);
     }
     if a.pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
@@ -1004,6 +1107,13 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
         ex.wr_rdma_write = Some(wr_rdma_write);
         ex.wr_rdma_read = Some(wr_rdma_read);
         ex.wr_local_inv = Some(wr_local_inv);
+        if sh_ref.cfg.extensions {
+            ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+            ex.wr_send_imm = Some(wr_send_imm);
+            ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+            ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+            ex.wr_atomic_write = Some(wr_atomic_write);
+        }
         ex.wr_set_sge = Some(wr_set_sge);
         ex.wr_set_sge_list = Some(wr_set_sge_list);
         ex.wr_set_inline_data = Some(wr_set_inline_data);
@@ -1224,6 +1334,54 @@ unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> 
                 wqe.opcode = op::LOCAL_INV;
                 wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
             }
+            IBV_WR_RDMA_WRITE_WITH_IMM if q.sh.cfg.extensions => {
+                wqe.opcode = op::WRITE_IMM;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+                wqe.imm_or_inv = w.__bindgen_anon_1.imm_data;
+            }
+            IBV_WR_SEND_WITH_IMM if q.sh.cfg.extensions => {
+                wqe.opcode = op::SEND_IMM;
+                wqe.imm_or_inv = w.__bindgen_anon_1.imm_data;
+            }
+            IBV_WR_ATOMIC_FETCH_AND_ADD if q.sh.cfg.extensions => {
+                wqe.opcode = op::ATOMIC_FETCH_ADD;
+                wqe.remote_addr = w.wr.atomic.remote_addr;
+                wqe.rkey = w.wr.atomic.rkey;
+                wqe.operand0 = w.wr.atomic.compare_add;
+            }
+            IBV_WR_ATOMIC_CMP_AND_SWP if q.sh.cfg.extensions => {
+                wqe.opcode = op::ATOMIC_CMP_SWP;
+                wqe.remote_addr = w.wr.atomic.remote_addr;
+                wqe.rkey = w.wr.atomic.rkey;
+                wqe.operand0 = w.wr.atomic.compare_add;
+                wqe.operand1 = w.wr.atomic.swap;
+            }
+            IBV_WR_ATOMIC_WRITE if q.sh.cfg.extensions => {
+                // The 8 bytes come from the SGE list and are taken now, as inline data is.
+                wqe.opcode = op::ATOMIC_WRITE;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+                let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+                if total != 8 {
+                    return Err(libc::EINVAL);
+                }
+                let mut data = Vec::with_capacity(8);
+                for s in sges.iter().filter(|s| s.length > 0) {
+                    q.sh.mrs
+                        .read(
+                            s.lkey,
+                            q.pd,
+                            s.addr,
+                            s.length as usize,
+                            NEED_NONE,
+                            &mut data,
+                        )
+                        .map_err(|_| libc::EINVAL)?;
+                }
+                wqe.operand0 = u64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
+                return finish_wqe(q, wqe, w.send_flags & !IBV_SEND_INLINE, Vec::new());
+            }
             _ => return Err(libc::EINVAL),
         }
     }
@@ -1253,6 +1411,21 @@ fn finish_wqe(
         return Err(libc::EINVAL);
     }
     wqe.length = total as u32;
+    match wqe.opcode {
+        // The original value comes back into exactly one 64-bit buffer.
+        op::ATOMIC_CMP_SWP
+        | op::ATOMIC_FETCH_ADD
+        | op::ATOMIC_MASKED_CMP_SWP
+        | op::ATOMIC_MASKED_FETCH_ADD
+        | op::ATOMIC_SWAP
+            if total != 8 || flags & IBV_SEND_INLINE != 0 =>
+        {
+            return Err(libc::EINVAL)
+        }
+        op::FLUSH | op::ATOMIC_WRITE if total != 0 => return Err(libc::EINVAL),
+        op::VERIFY if flags & IBV_SEND_INLINE != 0 => return Err(libc::EINVAL),
+        _ => {}
+    }
     if flags & IBV_SEND_SIGNALED != 0 {
         wqe.flags |= wqe_flag::SIGNALED;
     }
@@ -1262,7 +1435,12 @@ fn finish_wqe(
     if flags & IBV_SEND_FENCE != 0 {
         wqe.flags |= wqe_flag::FENCE;
     }
-    if flags & IBV_SEND_INLINE != 0 && matches!(wqe.opcode, op::SEND | op::SEND_INV | op::WRITE) {
+    if flags & IBV_SEND_INLINE != 0
+        && matches!(
+            wqe.opcode,
+            op::SEND | op::SEND_INV | op::SEND_IMM | op::WRITE | op::WRITE_IMM
+        )
+    {
         if total > q.caps.max_inline as u64 {
             return Err(libc::EINVAL);
         }
@@ -1425,6 +1603,69 @@ unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
 
 unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
     begin(q, op::LOCAL_INV, |w| w.imm_or_inv = rkey)
+}
+
+unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, addr: u64, imm: u32) {
+    begin(q, op::WRITE_IMM, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.imm_or_inv = imm;
+    })
+}
+
+unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
+    begin(q, op::SEND_IMM, |w| w.imm_or_inv = imm)
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    begin(q, op::ATOMIC_CMP_SWP, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.operand0 = compare;
+        w.operand1 = swap;
+    })
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
+    begin(q, op::ATOMIC_FETCH_ADD, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.operand0 = add;
+    })
+}
+
+unsafe extern "C" fn wr_atomic_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64, data: *const c_void) {
+    if data.is_null() {
+        with_batch(q, |_, b| b.err = libc::EINVAL);
+        return;
+    }
+    let mut v = [0u8; 8];
+    // SAFETY: the verbs contract: `data` points at the 8 bytes to write, read now.
+    unsafe { ptr::copy_nonoverlapping(data as *const u8, v.as_mut_ptr(), 8) };
+    begin(q, op::ATOMIC_WRITE, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.operand0 = u64::from_ne_bytes(v);
+    })
+}
+
+/// Starts an xiw-only WR (xiwdv.h) on a QP the caller says is xiw's.
+pub(crate) fn begin_dv(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
+    begin(q, opcode, set)
+}
+
+/// Makes the next wr_complete on `q` fail with `err`.
+pub(crate) fn fail_batch(q: *mut ibv_qp_ex, err: i32) {
+    with_batch(q, |_, b| {
+        b.pending = None;
+        b.err = err;
+    })
 }
 
 fn set_payload(q: *mut ibv_qp_ex, sges: Vec<Sge>, inline: bool) {

@@ -1,0 +1,385 @@
+//! The direct verbs of `xiwdv.h`: C entry points for what rdma-core 44's
+//! verbs cannot express (RDMA Flush and Verify, masked and swap atomics,
+//! flushable/verifiable registration). Each checks its pointers, converts and
+//! hands over to the ordinary verbs machinery.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::ptr;
+
+use xiw_abi::driver::verbs_device;
+use xiw_abi::ring::op;
+use xiw_abi::verbs::*;
+
+use crate::persist::Hash;
+use crate::verbs::{begin_dv, fail_batch, guard};
+use crate::wire::commit;
+
+/// `enum xiwdv_placement_type`.
+const PLACEMENT_GLOBAL: u8 = 1 << 0;
+const PLACEMENT_PERSISTENT: u8 = 1 << 1;
+/// `enum xiwdv_selectivity_level`.
+const SELECT_RANGE: u8 = 0;
+/// `enum xiwdv_mr_attr_mask`.
+const MR_ATTR_VERIFY_HASH: u64 = 1 << 0;
+/// `enum xiwdv_device_caps`.
+const CAP_ALL: u64 = 0x3f;
+
+#[repr(C)]
+pub struct XiwdvMrAttr {
+    pub comp_mask: u64,
+    pub verify_hash: u32,
+    pub reserved: u32,
+}
+
+#[repr(C)]
+pub struct XiwdvDeviceAttr {
+    pub caps: u64,
+    pub hashes: u32,
+    pub max_hash_len: u32,
+    pub reserved: [u64; 4],
+}
+
+thread_local! {
+    /// Why this thread's last xiwdv call or registration failed.
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// The Verify hash xiwdv_reg_mr asks the reg_mr it calls to record.
+    static PENDING_HASH: Cell<Option<Hash>> = const { Cell::new(None) };
+}
+
+/// Records `why` for xiwdv_last_error().
+pub fn set_last_error(why: &str) {
+    let c = CString::new(why.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// The hash xiwdv_reg_mr passes to reg_mr, taken once.
+pub fn take_pending_hash() -> Option<Hash> {
+    PENDING_HASH.with(|h| h.take())
+}
+
+extern "C" {
+    fn ibv_reg_mr_iova2(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_uint,
+    ) -> *mut ibv_mr;
+}
+
+/// True if `ctx` was opened by this provider.
+///
+/// # Safety
+/// `ctx` is null or a live context from libibverbs.
+unsafe fn ours(ctx: *mut ibv_context) -> bool {
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: a live context's device is a verbs_device (libibverbs allocates
+    // every device through a provider's alloc_device), whose first member it is.
+    unsafe {
+        let dev = (*ctx).device as *const verbs_device;
+        !dev.is_null() && (*dev).ops == crate::device::device_ops()
+    }
+}
+
+/// # Safety
+/// `q` is null or a live `ibv_qp_ex`.
+unsafe fn ours_qpx(q: *mut ibv_qp_ex) -> bool {
+    // SAFETY: as the caller promises.
+    !q.is_null() && unsafe { ours((*q).qp_base.context) }
+}
+
+/// # Safety
+/// See xiwdv.h.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_uint,
+    attr: *const XiwdvMrAttr,
+) -> *mut ibv_mr {
+    guard(ptr::null_mut(), || {
+        // SAFETY: the caller passes a live PD or null.
+        if pd.is_null() || !unsafe { ours((*pd).context) } {
+            set_last_error("xiwdv_reg_mr: the protection domain is not an xiw device's");
+            set_errno(libc::EOPNOTSUPP);
+            return ptr::null_mut();
+        }
+        let mut hash = None;
+        if !attr.is_null() {
+            // SAFETY: the caller's attribute structure.
+            let a = unsafe { &*attr };
+            if a.comp_mask & !MR_ATTR_VERIFY_HASH != 0 {
+                set_last_error("xiwdv_reg_mr: unknown bits in comp_mask");
+                set_errno(libc::EINVAL);
+                return ptr::null_mut();
+            }
+            if a.comp_mask & MR_ATTR_VERIFY_HASH != 0 && a.verify_hash != 0 {
+                match Hash::from_id(a.verify_hash) {
+                    Some(h) => hash = Some(h),
+                    None => {
+                        set_last_error(&format!(
+                            "xiwdv_reg_mr: hash algorithm {} is not one xiw offers (CRC32c 1, SHA-256 2)",
+                            a.verify_hash
+                        ));
+                        set_errno(libc::EINVAL);
+                        return ptr::null_mut();
+                    }
+                }
+            }
+        }
+        PENDING_HASH.with(|h| h.set(hash));
+        // SAFETY: forwarding the caller's arguments to libibverbs, which calls our reg_mr.
+        let mr = unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access) };
+        PENDING_HASH.with(|h| h.set(None));
+        mr
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn xiwdv_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// # Safety
+/// `ctx` is null or a live context.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_is_xiw(ctx: *mut ibv_context) -> c_int {
+    // SAFETY: as the caller promises.
+    guard(0, || unsafe { ours(ctx) } as c_int)
+}
+
+/// # Safety
+/// `ctx` is null or a live context; `attr` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_query_device(
+    ctx: *mut ibv_context,
+    attr: *mut XiwdvDeviceAttr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: as the caller promises.
+        if attr.is_null() || !unsafe { ours(ctx) } {
+            return if attr.is_null() {
+                libc::EINVAL
+            } else {
+                libc::EOPNOTSUPP
+            };
+        }
+        // SAFETY: ours.
+        let sh = unsafe { crate::verbs::shared_of(ctx) };
+        let on = sh.cfg.extensions;
+        let a = XiwdvDeviceAttr {
+            caps: if on { CAP_ALL } else { 0 },
+            hashes: if on {
+                1 << Hash::Crc32c.id() | 1 << Hash::Sha256.id()
+            } else {
+                0
+            },
+            max_hash_len: if on { Hash::Sha256.len() as u32 } else { 0 },
+            reserved: [0; 4],
+        };
+        // SAFETY: the caller's writable structure.
+        unsafe { attr.write(a) };
+        0
+    })
+}
+
+/// Starts an xiw-only WR after the common checks.
+///
+/// # Safety
+/// `q` is null or a live `ibv_qp_ex`.
+unsafe fn start(q: *mut ibv_qp_ex, what: &str, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
+    // SAFETY: as the caller promises.
+    if !unsafe { ours_qpx(q) } {
+        set_last_error(&format!("{what}: not an xiw queue pair"));
+        return;
+    }
+    begin_dv(q, opcode, set)
+}
+
+fn refuse(q: *mut ibv_qp_ex, why: &str) {
+    set_last_error(why);
+    fail_batch(q, libc::EINVAL);
+}
+
+/// # Safety
+/// See xiwdv.h.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_wr_flush(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    kind: u8,
+    level: u8,
+) {
+    guard((), || {
+        // SAFETY: as the caller promises.
+        if !unsafe { ours_qpx(q) } {
+            set_last_error("xiwdv_wr_flush: not an xiw queue pair");
+            return;
+        }
+        if level != SELECT_RANGE {
+            // The draft's Flush Request names a range; a whole-MR flush has no wire form.
+            return refuse(
+                q,
+                "xiwdv_wr_flush: only XIWDV_FLUSH_RANGE exists on the wire",
+            );
+        }
+        if kind == 0 || kind & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
+            return refuse(
+                q,
+                "xiwdv_wr_flush: type must be XIWDV_FLUSH_GLOBAL and/or XIWDV_FLUSH_PERSISTENT",
+            );
+        }
+        let Ok(len) = u32::try_from(len) else {
+            return refuse(
+                q,
+                "xiwdv_wr_flush: length does not fit the 32-bit Data Sink Length",
+            );
+        };
+        let mut flags = 0u32;
+        if kind & PLACEMENT_PERSISTENT != 0 {
+            flags |= commit::FLUSH_PERSISTENCE;
+        }
+        if kind & PLACEMENT_GLOBAL != 0 {
+            flags |= commit::FLUSH_GLOBAL_VISIBILITY;
+        }
+        // SAFETY: checked above.
+        unsafe {
+            start(q, "xiwdv_wr_flush", op::FLUSH, |w| {
+                w.rkey = rkey;
+                w.remote_addr = addr;
+                w.imm_or_inv = len;
+                w.op_flags = flags as u8;
+            })
+        }
+    })
+}
+
+/// # Safety
+/// See xiwdv.h.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_wr_verify(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    len: u32,
+    expected: *const c_void,
+    expected_len: usize,
+) {
+    guard((), || {
+        // SAFETY: as the caller promises.
+        if !unsafe { ours_qpx(q) } {
+            set_last_error("xiwdv_wr_verify: not an xiw queue pair");
+            return;
+        }
+        if expected_len > crate::tx::VERIFY_MAX_HASH || (expected.is_null() && expected_len > 0) {
+            return refuse(
+                q,
+                "xiwdv_wr_verify: expected hash longer than 32 bytes, or missing",
+            );
+        }
+        let mut h = [0u8; crate::tx::VERIFY_MAX_HASH];
+        if expected_len > 0 {
+            // SAFETY: the caller passes `expected_len` readable bytes.
+            unsafe {
+                ptr::copy_nonoverlapping(expected as *const u8, h.as_mut_ptr(), expected_len)
+            };
+        }
+        let word = |k: usize| u64::from_ne_bytes(h[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
+        // SAFETY: checked above.
+        unsafe {
+            start(q, "xiwdv_wr_verify", op::VERIFY, |w| {
+                w.rkey = rkey;
+                w.remote_addr = addr;
+                w.imm_or_inv = len;
+                w.op_flags = expected_len as u8;
+                w.operand0 = word(0);
+                w.operand1 = word(1);
+                w.mask0 = word(2);
+                w.mask1 = word(3);
+            })
+        }
+    })
+}
+
+/// # Safety
+/// See xiwdv.h.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_wr_atomic_masked_fetch_add(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    add: u64,
+    boundary_mask: u64,
+) {
+    // SAFETY: as the caller promises.
+    guard((), || unsafe {
+        start(
+            q,
+            "xiwdv_wr_atomic_masked_fetch_add",
+            op::ATOMIC_MASKED_FETCH_ADD,
+            |w| {
+                w.rkey = rkey;
+                w.remote_addr = addr;
+                w.operand0 = add;
+                w.mask0 = boundary_mask;
+            },
+        )
+    })
+}
+
+/// # Safety
+/// See xiwdv.h.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_wr_atomic_masked_cmp_swp(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    compare_mask: u64,
+    swap: u64,
+    swap_mask: u64,
+) {
+    // SAFETY: as the caller promises.
+    guard((), || unsafe {
+        start(
+            q,
+            "xiwdv_wr_atomic_masked_cmp_swp",
+            op::ATOMIC_MASKED_CMP_SWP,
+            |w| {
+                w.rkey = rkey;
+                w.remote_addr = addr;
+                w.operand0 = compare;
+                w.operand1 = swap;
+                w.mask0 = compare_mask;
+                w.mask1 = swap_mask;
+            },
+        )
+    })
+}
+
+/// # Safety
+/// See xiwdv.h.
+#[no_mangle]
+pub unsafe extern "C" fn xiwdv_wr_atomic_swap(q: *mut ibv_qp_ex, rkey: u32, addr: u64, swap: u64) {
+    // SAFETY: as the caller promises.
+    guard((), || unsafe {
+        start(q, "xiwdv_wr_atomic_swap", op::ATOMIC_SWAP, |w| {
+            w.rkey = rkey;
+            w.remote_addr = addr;
+            w.operand1 = swap;
+        })
+    })
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e };
+}
+
+use xiw_abi::ring::SendWqe;

@@ -1,0 +1,1528 @@
+//! The medium behind registered memory, for RDMA Flush and RDMA Verify
+//! (draft-talpey-rdma-commit-01 sections 3.1 and 3.2).
+//!
+//! [`Media::probe`] finds once, at registration, what backs a range of this
+//! process's memory: plain RAM, a file on a RAM file system, a file on a real
+//! file system, or persistent memory mapped with `MAP_SYNC`. Flush to
+//! persistence then writes the range back to that medium, and Verify hashes
+//! what the medium holds rather than a volatile copy of it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader};
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+/// What backs a registered range, weakest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MediaKind {
+    /// Private or anonymous memory, or anything else that is not a shared file mapping.
+    Anonymous,
+    /// A shared mapping of a file on tmpfs, ramfs or hugetlbfs: RAM only.
+    VolatileFile,
+    /// A shared mapping of a file on a real file system: `msync` makes it durable.
+    File,
+    /// A `MAP_SYNC` mapping: the CPU cache is the only volatile layer.
+    Dax,
+}
+
+impl MediaKind {
+    /// A range is only as durable as its weakest part.
+    fn rank(self) -> u8 {
+        match self {
+            MediaKind::Anonymous => 0,
+            MediaKind::VolatileFile => 1,
+            MediaKind::File => 2,
+            MediaKind::Dax => 3,
+        }
+    }
+}
+
+/// Hash algorithms of RDMA Verify, with the ids of `enum xiwdv_hash`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hash {
+    Crc32c,
+    Sha256,
+}
+
+impl Hash {
+    /// `XIWDV_HASH_CRC32C` is 1, `XIWDV_HASH_SHA256` is 2; anything else (0 included) is none.
+    pub fn from_id(id: u32) -> Option<Hash> {
+        match id {
+            1 => Some(Hash::Crc32c),
+            2 => Some(Hash::Sha256),
+            _ => None,
+        }
+    }
+
+    pub fn id(self) -> u32 {
+        match self {
+            Hash::Crc32c => 1,
+            Hash::Sha256 => 2,
+        }
+    }
+
+    /// Length of the hash value in bytes.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(self) -> usize {
+        match self {
+            Hash::Crc32c => 4,
+            Hash::Sha256 => 32,
+        }
+    }
+}
+
+/// Hash of a byte slice: CRC32c as 4 bytes big-endian, or SHA-256.
+pub fn hash_bytes(alg: Hash, data: &[u8]) -> Vec<u8> {
+    let mut h = Hasher::new(alg);
+    h.update(data);
+    h.finish()
+}
+
+#[derive(Clone)]
+enum Hasher {
+    Crc32c(u32),
+    Sha256(Sha256),
+}
+
+impl Hasher {
+    fn new(alg: Hash) -> Hasher {
+        match alg {
+            Hash::Crc32c => Hasher::Crc32c(0),
+            Hash::Sha256 => Hasher::Sha256(Sha256::new()),
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Hasher::Crc32c(crc) => *crc = crc32c::crc32c_append(*crc, data),
+            Hasher::Sha256(sha) => sha.update(data),
+        }
+    }
+
+    fn finish(self) -> Vec<u8> {
+        match self {
+            Hasher::Crc32c(crc) => crc.to_be_bytes().to_vec(),
+            Hasher::Sha256(sha) => sha.finalize().to_vec(),
+        }
+    }
+}
+
+/// Global visibility: every store made before this call is visible to every CPU.
+pub fn flush_global() {
+    // x86-64 is TSO with coherent caches: a full fence drains the store buffer, after which all earlier stores are visible.
+    fence(Ordering::SeqCst);
+}
+
+/// What backs a registered range, found once at registration.
+pub struct Media {
+    kind: MediaKind,
+    start: u64,
+    end: u64,
+    /// Why the range cannot be made durable (for the weakest part), if it cannot.
+    why_not: Option<String>,
+    /// The range cut where the backing changes, in address order, covering `start..end`.
+    segments: Vec<Segment>,
+    page: u64,
+    cache: cpu::CacheOps,
+}
+
+struct Segment {
+    start: u64,
+    end: u64,
+    kind: MediaKind,
+    backing: Option<Backing>,
+}
+
+struct Backing {
+    file: Arc<Opened>,
+    /// File offset of the segment's first byte.
+    offset: u64,
+}
+
+struct Opened {
+    path: String,
+    /// O_RDONLY; std opens every file with O_CLOEXEC.
+    file: File,
+    /// The same file opened again with O_DIRECT, where the file system allows it.
+    direct: Option<File>,
+    /// Offset and buffer alignment for O_DIRECT reads.
+    align: u64,
+}
+
+/// Largest bounce buffer `hash` reads a file through.
+const CHUNK: u64 = 1 << 20;
+
+/// Alignment that suits O_DIRECT on every common device (logical blocks of 512 or 4096 bytes).
+const DIO_ALIGN: u64 = 4096;
+
+// statfs f_type values (linux/magic.h).
+const TMPFS_MAGIC: u32 = 0x0102_1994;
+const RAMFS_MAGIC: u32 = 0x8584_58f6;
+const HUGETLBFS_MAGIC: u32 = 0x9584_58f6;
+const BTRFS_MAGIC: u32 = 0x9123_683e;
+
+impl Media {
+    /// Reads /proc/self/maps (and /proc/self/smaps only when a file could be
+    /// mapped with `MAP_SYNC`) and classifies `[addr, addr+len)`.
+    ///
+    /// Adjacent mappings of the same file at contiguous offsets and of the same
+    /// kind form one segment; a range made of several segments takes the kind of
+    /// the weakest. Shared file mappings are opened (through
+    /// /proc/self/map_files, else by path, checked to be the same inode).
+    /// An empty range is [`MediaKind::Anonymous`]: there is nothing to make durable.
+    pub fn probe(addr: u64, len: u64) -> Result<Media, String> {
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| format!("{addr:#x}+{len:#x} wraps around the address space"))?;
+        let mut media = Media {
+            kind: MediaKind::Anonymous,
+            start: addr,
+            end,
+            why_not: Some(format!("{addr:#x}-{end:#x} is an empty range: not durable")),
+            segments: Vec::new(),
+            page: page_size(),
+            cache: cpu::CacheOps::detect(),
+        };
+        if len == 0 {
+            return Ok(media);
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps")
+            .map_err(|e| format!("cannot read /proc/self/maps: {e}"))?;
+        let vmas = cover(maps.lines().filter_map(parse_vma), addr, end)?;
+
+        let mut files: Vec<(FileId, Arc<Opened>)> = Vec::new();
+        let mut pieces = Vec::with_capacity(vmas.len());
+        for (vma, start, stop) in &vmas {
+            pieces.push(classify(vma, *start, *stop, &mut files)?);
+        }
+
+        let maybe_dax: Vec<u64> = pieces
+            .iter()
+            .filter(|p| p.maybe_dax)
+            .map(|p| p.vma_start)
+            .collect();
+        if !maybe_dax.is_empty() {
+            let smaps = File::open("/proc/self/smaps")
+                .map_err(|e| format!("cannot read /proc/self/smaps: {e}"))?;
+            let sync = sync_flags(BufReader::new(smaps), &maybe_dax, end)
+                .map_err(|e| format!("cannot read /proc/self/smaps: {e}"))?;
+            for p in pieces.iter_mut().filter(|p| p.maybe_dax) {
+                if sync.contains(&p.vma_start) {
+                    p.kind = MediaKind::Dax;
+                }
+            }
+        }
+
+        let weakest = pieces.iter().map(|p| p.kind).min_by_key(|k| k.rank());
+        media.kind = weakest.unwrap_or(MediaKind::Anonymous);
+        media.why_not = pieces
+            .iter()
+            .find(|p| p.kind == media.kind)
+            .and_then(|p| p.why_not.clone());
+        for p in pieces {
+            media.push(p);
+        }
+        Ok(media)
+    }
+
+    /// Appends a piece, merging it into the last segment when both are one
+    /// stretch of the same backing.
+    fn push(&mut self, p: Piece) {
+        if let Some(last) = self.segments.last_mut() {
+            let same = match (&last.backing, &p.backing) {
+                (None, None) => true,
+                (Some(a), Some(b)) => {
+                    Arc::ptr_eq(&a.file, &b.file) && a.offset + (last.end - last.start) == b.offset
+                }
+                _ => false,
+            };
+            if same && last.end == p.start && last.kind == p.kind {
+                last.end = p.end;
+                return;
+            }
+        }
+        self.segments.push(Segment {
+            start: p.start,
+            end: p.end,
+            kind: p.kind,
+            backing: p.backing,
+        });
+    }
+
+    pub fn kind(&self) -> MediaKind {
+        self.kind
+    }
+
+    /// Durable after [`Media::flush_persistent`]: File or Dax.
+    pub fn durable(&self) -> bool {
+        matches!(self.kind, MediaKind::File | MediaKind::Dax)
+    }
+
+    /// Why the range cannot be made durable, naming the part that is not; `None` if it can.
+    pub fn why_not_durable(&self) -> Option<&str> {
+        if self.durable() {
+            None
+        } else {
+            self.why_not.as_deref()
+        }
+    }
+
+    /// The file behind the first byte of the range and its offset there, if it is a file.
+    pub fn backing_file(&self) -> Option<(&str, u64)> {
+        let seg = self.segments.first()?;
+        let b = seg.backing.as_ref()?;
+        Some((b.file.path.as_str(), b.offset))
+    }
+
+    /// Makes `[addr, addr+len)` (inside the probed range) durable on the medium
+    /// before returning: Dax writes back every cache line, File calls
+    /// `msync(MS_SYNC)` (which also flushes the device's write cache).
+    /// The caller keeps the range mapped for the duration of the call.
+    pub fn flush_persistent(&self, addr: u64, len: u64) -> io::Result<()> {
+        let end = self.check(addr, len)?;
+        if !self.durable() {
+            let why = self.why_not.clone().unwrap_or_else(|| "not durable".into());
+            return Err(io::Error::new(io::ErrorKind::Unsupported, why));
+        }
+        for (seg, a, e) in self.overlapping(addr, end) {
+            match seg.kind {
+                MediaKind::Dax => {
+                    // SAFETY: [a, e) lies in the probed range, which the caller keeps mapped.
+                    unsafe { self.cache.write_back(a, e - a) }?
+                }
+                _ => self.msync(a, e - a)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Hashes `[addr, addr+len)` as read back from the medium: a file through
+    /// O_DIRECT, persistent memory after evicting its cache lines, RAM directly.
+    /// Bytes of a file mapping past end-of-file hash as zero, as the mapping shows them.
+    /// The caller keeps the range mapped for the duration of the call.
+    pub fn hash(&self, alg: Hash, addr: u64, len: u64) -> io::Result<Vec<u8>> {
+        let end = self.check(addr, len)?;
+        let mut h = Hasher::new(alg);
+        let mut bounce = Vec::new();
+        for (seg, a, e) in self.overlapping(addr, end) {
+            match (seg.kind, &seg.backing) {
+                (MediaKind::File, Some(b)) => {
+                    let off = b.offset + (a - seg.start);
+                    self.hash_file(&b.file, a, off, e - a, &mut bounce, &mut h)?;
+                }
+                (MediaKind::Dax, _) => {
+                    // SAFETY: [a, e) lies in the probed range, which the caller keeps mapped.
+                    unsafe { self.cache.evict(a, e - a) };
+                    // SAFETY: as above; the lines were just evicted, so the loads come from the medium.
+                    unsafe { hash_memory(a, e - a, &mut h) };
+                }
+                _ => {
+                    // SAFETY: [a, e) lies in the probed range, which the caller keeps mapped.
+                    unsafe { hash_memory(a, e - a, &mut h) };
+                }
+            }
+        }
+        Ok(h.finish())
+    }
+
+    /// The end of `[addr, addr+len)` if the range lies inside the probed one.
+    fn check(&self, addr: u64, len: u64) -> io::Result<u64> {
+        match addr.checked_add(len) {
+            Some(end) if addr >= self.start && end <= self.end => Ok(end),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{addr:#x}+{len:#x} is outside the probed range {:#x}-{:#x}",
+                    self.start, self.end
+                ),
+            )),
+        }
+    }
+
+    /// The segments meeting `[addr, end)`, each with its part of the range.
+    fn overlapping(&self, addr: u64, end: u64) -> impl Iterator<Item = (&Segment, u64, u64)> {
+        self.segments
+            .iter()
+            .filter(move |s| s.start < end && s.end > addr)
+            .map(move |s| (s, s.start.max(addr), s.end.min(end)))
+    }
+
+    /// `msync(MS_SYNC)` on the page-aligned cover of `[addr, addr+len)`.
+    fn msync(&self, addr: u64, len: u64) -> io::Result<()> {
+        let start = addr & !(self.page - 1);
+        let end = (addr + len).div_ceil(self.page) * self.page;
+        // SAFETY: msync reads no memory through the pointer; mappings are page
+        // aligned, so the cover stays inside the probed mappings (ENOMEM otherwise).
+        let r = unsafe {
+            libc::msync(
+                start as *mut libc::c_void,
+                (end - start) as usize,
+                libc::MS_SYNC,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Hashes `len` bytes of `file` at `off`, which the mapping shows at `addr`.
+    fn hash_file(
+        &self,
+        file: &Opened,
+        addr: u64,
+        off: u64,
+        len: u64,
+        bounce: &mut Vec<u8>,
+        h: &mut Hasher,
+    ) -> io::Result<()> {
+        if let Some(direct) = &file.direct {
+            let before = h.clone();
+            match read_hashed(direct, off, len, file.align, true, bounce, h) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => *h = before,
+                r => return r,
+            }
+        }
+        // Without O_DIRECT the page cache stands between us and the medium:
+        // write the range back (msync), drop the file's clean cached pages
+        // (posix_fadvise DONTNEED; pages still mapped stay cached, and they now
+        // match what was written), then read normally.
+        self.msync(addr, len)?;
+        let start = off - off % file.align;
+        // SAFETY: plain syscall on an fd this Media owns.
+        let r = unsafe {
+            libc::posix_fadvise(
+                file.file.as_raw_fd(),
+                start as libc::off_t,
+                (off + len - start) as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        read_hashed(&file.file, off, len, file.align, false, bounce, h)
+    }
+}
+
+/// A mapped file as maps names it: device major, minor and inode.
+type FileId = (u32, u32, u64);
+
+/// One mapping's part of the probed range, classified.
+struct Piece {
+    vma_start: u64,
+    start: u64,
+    end: u64,
+    kind: MediaKind,
+    /// A shared mapping of a file that may be in DAX mode: smaps tells whether it is `MAP_SYNC`.
+    maybe_dax: bool,
+    why_not: Option<String>,
+    backing: Option<Backing>,
+}
+
+/// A line of /proc/self/maps.
+#[derive(Debug, PartialEq, Eq)]
+struct Vma {
+    start: u64,
+    end: u64,
+    shared: bool,
+    offset: u64,
+    dev: (u32, u32),
+    inode: u64,
+    path: String,
+}
+
+/// Parses `start-end perms offset major:minor inode [path]`.
+fn parse_vma(line: &str) -> Option<Vma> {
+    let mut f = line.splitn(6, ' ');
+    let (start, end) = parse_range(f.next()?)?;
+    let perms = f.next()?;
+    let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+    let (major, minor) = f.next()?.split_once(':')?;
+    let dev = (
+        u32::from_str_radix(major, 16).ok()?,
+        u32::from_str_radix(minor, 16).ok()?,
+    );
+    let inode = f.next()?.parse().ok()?;
+    let path = f.next().unwrap_or("").trim_start().to_string();
+    Some(Vma {
+        start,
+        end,
+        shared: perms.as_bytes().get(3) == Some(&b's'),
+        offset,
+        dev,
+        inode,
+        path,
+    })
+}
+
+fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (a, b) = s.split_once('-')?;
+    Some((
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    ))
+}
+
+/// The mappings covering `[addr, end)`, each with its part of it; an error names the first hole.
+fn cover(
+    vmas: impl Iterator<Item = Vma>,
+    addr: u64,
+    end: u64,
+) -> Result<Vec<(Vma, u64, u64)>, String> {
+    let mut out = Vec::new();
+    let mut at = addr;
+    for vma in vmas {
+        if vma.end <= at {
+            continue;
+        }
+        if vma.start > at {
+            let hole = vma.start.min(end);
+            return Err(format!(
+                "{at:#x}-{hole:#x} (in {addr:#x}-{end:#x}) is not mapped"
+            ));
+        }
+        let stop = vma.end.min(end);
+        out.push((vma, at, stop));
+        at = stop;
+        if at == end {
+            return Ok(out);
+        }
+    }
+    Err(format!(
+        "{at:#x}-{end:#x} (in {addr:#x}-{end:#x}) is not mapped"
+    ))
+}
+
+/// Shared anonymous memory shows in maps as a deleted file of the kernel's internal shmem mount.
+fn shared_anonymous(path: &str) -> bool {
+    path == "/dev/zero (deleted)" || path == "/anon_hugepage (deleted)" || path.starts_with("/SYSV")
+}
+
+fn classify(
+    vma: &Vma,
+    start: u64,
+    end: u64,
+    files: &mut Vec<(FileId, Arc<Opened>)>,
+) -> Result<Piece, String> {
+    let r = format!("{start:#x}-{end:#x}");
+    let mut piece = Piece {
+        vma_start: vma.start,
+        start,
+        end,
+        kind: MediaKind::Anonymous,
+        maybe_dax: false,
+        why_not: None,
+        backing: None,
+    };
+    let path = vma.path.as_str();
+    if vma.inode == 0 || path.is_empty() || path.starts_with('[') {
+        piece.why_not = Some(format!("{r} is anonymous memory: not durable"));
+        return Ok(piece);
+    }
+    if !vma.shared {
+        piece.why_not = Some(format!(
+            "{r} is a private mapping of {path}, whose writes never reach the file: not durable"
+        ));
+        return Ok(piece);
+    }
+    if shared_anonymous(path) {
+        piece.why_not = Some(format!("{r} is shared anonymous memory: not durable"));
+        return Ok(piece);
+    }
+
+    let key = (vma.dev.0, vma.dev.1, vma.inode);
+    let opened = match files.iter().find(|(k, _)| *k == key) {
+        Some((_, o)) => Some(Arc::clone(o)),
+        None => match open_mapped(vma) {
+            Ok(o) => {
+                let o = Arc::new(o);
+                files.push((key, Arc::clone(&o)));
+                Some(o)
+            }
+            // A memfd lives on tmpfs or hugetlbfs: RAM whatever its flags.
+            Err(_) if path.starts_with("/memfd:") => None,
+            Err(e) => {
+                return Err(format!(
+                    "{r} is backed by {path}, which cannot be opened: {e}"
+                ))
+            }
+        },
+    };
+    let Some(opened) = opened else {
+        piece.kind = MediaKind::VolatileFile;
+        piece.why_not = Some(format!("{r} is backed by {path} in RAM: not durable"));
+        return Ok(piece);
+    };
+    let shown = opened.path.clone();
+    let st = statx(&opened.file).map_err(|e| format!("{r}: statx on {shown}: {e}"))?;
+    let fs = fs_type(&opened.file).map_err(|e| format!("{r}: fstatfs on {shown}: {e}"))?;
+    piece.backing = Some(Backing {
+        file: opened,
+        offset: vma.offset + (start - vma.start),
+    });
+    let mode = u32::from(st.stx_mode) & libc::S_IFMT;
+    if mode == libc::S_IFCHR {
+        if device_dax(st.stx_rdev_major, st.stx_rdev_minor) {
+            piece.kind = MediaKind::Dax;
+        } else {
+            piece.why_not = Some(format!("{r} is a mapping of device {shown}: not durable"));
+        }
+        return Ok(piece);
+    }
+    if mode != libc::S_IFREG && mode != libc::S_IFBLK {
+        piece.why_not = Some(format!(
+            "{r} is a mapping of {shown}, not a file: not durable"
+        ));
+        return Ok(piece);
+    }
+    let ram = match fs {
+        TMPFS_MAGIC => Some("tmpfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        HUGETLBFS_MAGIC => Some("hugetlbfs"),
+        _ => None,
+    };
+    if let Some(fs) = ram {
+        piece.kind = MediaKind::VolatileFile;
+        piece.why_not = Some(format!("{r} is backed by {shown} on {fs}: not durable"));
+        return Ok(piece);
+    }
+    piece.kind = MediaKind::File;
+    // MAP_SYNC needs a file in DAX mode; statx says which files are (Linux 5.8+).
+    let dax_known = u64::from(libc::STATX_ATTR_DAX as u32);
+    piece.maybe_dax = st.stx_attributes_mask & dax_known == 0 || st.stx_attributes & dax_known != 0;
+    Ok(piece)
+}
+
+/// Opens the file behind a shared mapping: through /proc/self/map_files (which
+/// needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, and works for deleted files),
+/// else by its path, which must still name the mapped inode.
+fn open_mapped(vma: &Vma) -> io::Result<Opened> {
+    let via_proc = format!("/proc/self/map_files/{:x}-{:x}", vma.start, vma.end);
+    let file = match File::open(&via_proc) {
+        Ok(f) => f,
+        Err(_) if vma.path.ends_with(" (deleted)") => {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "deleted, and /proc/self/map_files needs CAP_SYS_ADMIN",
+            ))
+        }
+        Err(_) => open_by_path(vma)?,
+    };
+    let st = statx(&file)?;
+    let mut align = DIO_ALIGN;
+    if st.stx_mask & libc::STATX_DIOALIGN != 0 {
+        align = align
+            .max(u64::from(st.stx_dio_offset_align))
+            .max(u64::from(st.stx_dio_mem_align));
+    }
+    // Reopening the fd itself gets the same file whatever its path does meanwhile.
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok();
+    Ok(Opened {
+        path: vma.path.clone(),
+        file,
+        direct,
+        align,
+    })
+}
+
+/// Opens a mapped file by its path, which must still name the mapped inode.
+fn open_by_path(vma: &Vma) -> io::Result<File> {
+    let f = File::open(&vma.path)?;
+    let st = statx(&f)?;
+    let same_dev = (st.stx_dev_major, st.stx_dev_minor) == vma.dev
+        // btrfs reports a subvolume's own device to stat, not the one maps shows.
+        || fs_type(&f)? == BTRFS_MAGIC;
+    if st.stx_ino != vma.inode || !same_dev {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the path now names another file",
+        ));
+    }
+    Ok(f)
+}
+
+fn statx(f: &File) -> io::Result<libc::statx> {
+    let mut st = MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: the path is a valid C string, st is large enough for struct statx.
+    let r = unsafe {
+        libc::statx(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_BASIC_STATS | libc::STATX_DIOALIGN,
+            st.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statx filled the struct; it was zeroed beforehand, and all its fields are integers.
+    Ok(unsafe { st.assume_init() })
+}
+
+fn fs_type(f: &File) -> io::Result<u32> {
+    let mut st = MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: st is large enough for struct statfs.
+    let r = unsafe { libc::fstatfs(f.as_raw_fd(), st.as_mut_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs filled the struct, whose fields are all integers.
+    let st = unsafe { st.assume_init() };
+    // Magic numbers are 32 bits wide whatever the width of f_type.
+    Ok(st.f_type as u32)
+}
+
+/// A character device of the dax subsystem (/dev/daxX.Y) maps persistent memory with no page cache.
+fn device_dax(major: u32, minor: u32) -> bool {
+    std::fs::read_link(format!("/sys/dev/char/{major}:{minor}/subsystem"))
+        .map(|p| p.file_name().is_some_and(|n| n == "dax"))
+        .unwrap_or(false)
+}
+
+/// Which of the mappings starting at `starts` have VmFlags `sf` (`MAP_SYNC`).
+/// Stops at the first mapping at or past `end`: smaps walks the page tables
+/// of every mapping it prints, which is slow in a big process.
+fn sync_flags(smaps: impl BufRead, starts: &[u64], end: u64) -> io::Result<Vec<u64>> {
+    let mut sync = Vec::new();
+    let mut current = None;
+    for line in smaps.lines() {
+        let line = line?;
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if let Some(start) = current.take() {
+                if flags.split_whitespace().any(|f| f == "sf") {
+                    sync.push(start);
+                }
+            }
+            continue;
+        }
+        let Some((start, _)) = line.split(' ').next().and_then(parse_range) else {
+            continue;
+        };
+        if start >= end {
+            break;
+        }
+        current = starts.contains(&start).then_some(start);
+    }
+    Ok(sync)
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+/// Hashes memory directly.
+///
+/// # Safety
+/// `[addr, addr+len)` is mapped and readable for the duration of the call.
+unsafe fn hash_memory(addr: u64, len: u64, h: &mut Hasher) {
+    if len == 0 {
+        return;
+    }
+    // SAFETY: the caller guarantees the range is mapped; the peer and the
+    // application may write it meanwhile, which only changes the value hashed.
+    let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) };
+    h.update(bytes);
+}
+
+/// Reads the aligned cover of `[off, off+len)` of `file` in chunks and hashes
+/// the requested bytes; bytes past end-of-file hash as zero.
+fn read_hashed(
+    file: &File,
+    off: u64,
+    len: u64,
+    align: u64,
+    direct: bool,
+    bounce: &mut Vec<u8>,
+    h: &mut Hasher,
+) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let first = off - off % align;
+    let last = (off + len).div_ceil(align) * align;
+    let chunk = (last - first).min(CHUNK.max(align)) as usize;
+    if bounce.len() < chunk + align as usize {
+        bounce.resize(chunk + align as usize, 0);
+    }
+    let skip = bounce.as_ptr().align_offset(align as usize);
+    let buf = &mut bounce[skip..skip + chunk];
+
+    let mut pos = first;
+    let mut eof = false;
+    while pos < last {
+        let want = (last - pos).min(chunk as u64) as usize;
+        let mut got = 0;
+        while !eof && got < want {
+            match file.read_at(&mut buf[got..want], pos + got as u64) {
+                Ok(0) => eof = true,
+                Ok(n) => {
+                    got += n;
+                    // O_DIRECT reads whole blocks except the one holding end-of-file.
+                    eof = direct && got % align as usize != 0;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf[got..want].fill(0);
+        let lo = (off.max(pos) - pos) as usize;
+        let hi = ((off + len).min(pos + want as u64) - pos) as usize;
+        h.update(&buf[lo..hi]);
+        pos += want as u64;
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+mod cpu {
+    use std::arch::asm;
+    use std::arch::x86_64::{_mm_clflush, _mm_mfence, _mm_sfence};
+    use std::io;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) enum LineOp {
+        Clwb,
+        Clflushopt,
+        Clflush,
+    }
+
+    /// The cache-line instructions this CPU has.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct CacheOps {
+        pub(super) line: u64,
+        /// Writes a line back, keeping it cached if it can.
+        pub(super) write_back: LineOp,
+        /// Writes a line back and invalidates it.
+        pub(super) evict: LineOp,
+    }
+
+    impl CacheOps {
+        // cpuid became a safe function in later Rust versions than the workspace's.
+        #[allow(unused_unsafe)]
+        pub(super) fn detect() -> CacheOps {
+            use std::arch::x86_64::{__cpuid, __cpuid_count};
+            // SAFETY: every x86-64 CPU has cpuid, and leaf 7 reads as zeros where absent.
+            let (leaf1, leaf7) = unsafe { (__cpuid(1), __cpuid_count(7, 0)) };
+            // CPUID.1:EBX[15:8] is the clflush line size in 8-byte units.
+            let line = u64::from((leaf1.ebx >> 8) & 0xff) * 8;
+            let clflushopt = leaf7.ebx & (1 << 23) != 0;
+            let clwb = leaf7.ebx & (1 << 24) != 0;
+            let evict = if clflushopt {
+                LineOp::Clflushopt
+            } else {
+                LineOp::Clflush
+            };
+            CacheOps {
+                line: if line.is_power_of_two() { line } else { 64 },
+                write_back: if clwb { LineOp::Clwb } else { evict },
+                evict,
+            }
+        }
+
+        /// Writes every cache line of `[addr, addr+len)` back to memory, then sfence.
+        ///
+        /// # Safety
+        /// The range is mapped for the duration of the call.
+        pub(super) unsafe fn write_back(&self, addr: u64, len: u64) -> io::Result<()> {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.each_line(addr, len, self.write_back) };
+            // SAFETY: sse is part of x86-64.
+            unsafe { _mm_sfence() };
+            Ok(())
+        }
+
+        /// Writes back and invalidates every cache line of `[addr, addr+len)`, then
+        /// mfence, so that later loads come from memory.
+        ///
+        /// # Safety
+        /// The range is mapped for the duration of the call.
+        pub(super) unsafe fn evict(&self, addr: u64, len: u64) {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.each_line(addr, len, self.evict) };
+            // SAFETY: sse2 is part of x86-64.
+            unsafe { _mm_mfence() };
+        }
+
+        /// # Safety
+        /// The range is mapped.
+        unsafe fn each_line(&self, addr: u64, len: u64, op: LineOp) {
+            let end = addr + len;
+            let mut p = addr & !(self.line - 1);
+            while p < end {
+                let at = p as *const u8;
+                // SAFETY: `at` is in a line of the caller's mapped range; the
+                // instructions only move the line between cache and memory.
+                unsafe {
+                    match op {
+                        LineOp::Clwb => {
+                            asm!("clwb [{}]", in(reg) at, options(nostack, preserves_flags))
+                        }
+                        LineOp::Clflushopt => {
+                            asm!("clflushopt [{}]", in(reg) at, options(nostack, preserves_flags))
+                        }
+                        LineOp::Clflush => _mm_clflush(at),
+                    }
+                }
+                p += self.line;
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod cpu {
+    use std::io;
+    use std::sync::atomic::{fence, Ordering};
+
+    /// Cache-line write-back is implemented for x86-64 only: elsewhere a fence.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct CacheOps;
+
+    impl CacheOps {
+        pub(super) fn detect() -> CacheOps {
+            CacheOps
+        }
+
+        /// # Safety
+        /// None: nothing is dereferenced.
+        pub(super) unsafe fn write_back(&self, _addr: u64, _len: u64) -> io::Result<()> {
+            fence(Ordering::SeqCst);
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "writing back CPU cache lines is implemented for x86-64 only",
+            ))
+        }
+
+        /// # Safety
+        /// None: nothing is dereferenced.
+        pub(super) unsafe fn evict(&self, _addr: u64, _len: u64) {
+            fence(Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memmap2::{MmapMut, MmapOptions};
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+
+    /// A file removed when the test ends.
+    struct TempFile(PathBuf);
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// A new file named after the test (`name`) and this process.
+    fn temp_file(dir: &Path, name: &str, contents: &[u8]) -> (TempFile, File) {
+        let path = dir.join(format!("xiw-persist-{}-{name}", std::process::id()));
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(contents).unwrap();
+        f.sync_all().unwrap();
+        (TempFile(path), f)
+    }
+
+    fn pattern(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    /// An mmap'd region unmapped on drop.
+    struct Region {
+        addr: *mut libc::c_void,
+        len: usize,
+    }
+
+    impl Region {
+        fn map(
+            at: *mut libc::c_void,
+            len: usize,
+            flags: libc::c_int,
+            fd: libc::c_int,
+            off: i64,
+        ) -> *mut libc::c_void {
+            // SAFETY: tests map fresh memory, or MAP_FIXED over a Region they own.
+            let p =
+                unsafe { libc::mmap(at, len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, off) };
+            assert_ne!(p, libc::MAP_FAILED, "{}", io::Error::last_os_error());
+            p
+        }
+
+        fn anonymous(len: usize, flags: libc::c_int) -> Region {
+            let addr = Region::map(
+                std::ptr::null_mut(),
+                len,
+                flags | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            Region { addr, len }
+        }
+
+        fn base(&self) -> u64 {
+            self.addr as u64
+        }
+
+        /// Maps `len` bytes of `f` at `off` over `base() + at`.
+        fn place(&self, at: usize, len: usize, f: &File, off: i64) {
+            assert!(at + len <= self.len);
+            // SAFETY: the target lies inside this region.
+            let target = unsafe { self.addr.cast::<u8>().add(at) }.cast();
+            Region::map(
+                target,
+                len,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                f.as_raw_fd(),
+                off,
+            );
+        }
+
+        fn bytes(&self, at: usize, len: usize) -> Vec<u8> {
+            // SAFETY: the range lies inside this mapped region.
+            unsafe { std::slice::from_raw_parts(self.addr.cast::<u8>().add(at), len) }.to_vec()
+        }
+    }
+
+    impl Drop for Region {
+        fn drop(&mut self) {
+            // SAFETY: the region was mapped by Region::anonymous and is not used after.
+            unsafe { libc::munmap(self.addr, self.len) };
+        }
+    }
+
+    fn page() -> usize {
+        page_size() as usize
+    }
+
+    fn file_map(f: &File) -> MmapMut {
+        // SAFETY: the file is private to the test.
+        unsafe { MmapMut::map_mut(f) }.unwrap()
+    }
+
+    /// Writes `data` at `off` of `path` with O_DIRECT (both block aligned), bypassing the page cache.
+    fn direct_write(path: &Path, off: u64, data: &[u8]) {
+        let f = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .unwrap();
+        let mut v = vec![0u8; data.len() + DIO_ALIGN as usize];
+        let skip = v.as_ptr().align_offset(DIO_ALIGN as usize);
+        v[skip..skip + data.len()].copy_from_slice(data);
+        f.write_all_at(&v[skip..skip + data.len()], off).unwrap();
+    }
+
+    /// As `probe`, with every file's O_DIRECT fd dropped so that `hash` takes the fallback path.
+    fn without_direct(mut m: Media) -> Media {
+        for seg in &mut m.segments {
+            if let Some(b) = &mut seg.backing {
+                b.file = Arc::new(Opened {
+                    path: b.file.path.clone(),
+                    file: b.file.file.try_clone().unwrap(),
+                    direct: None,
+                    align: b.file.align,
+                });
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn media_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Media>();
+    }
+
+    #[test]
+    fn hash_ids_lengths_and_vectors() {
+        assert_eq!(Hash::from_id(0), None);
+        assert_eq!(Hash::from_id(1), Some(Hash::Crc32c));
+        assert_eq!(Hash::from_id(2), Some(Hash::Sha256));
+        assert_eq!(Hash::from_id(3), None);
+        for alg in [Hash::Crc32c, Hash::Sha256] {
+            assert_eq!(Hash::from_id(alg.id()), Some(alg));
+            assert_eq!(hash_bytes(alg, b"xyz").len(), alg.len());
+        }
+        assert_eq!(
+            hash_bytes(Hash::Crc32c, b"123456789"),
+            [0xe3, 0x06, 0x92, 0x83]
+        );
+        assert_eq!(hash_bytes(Hash::Crc32c, b""), [0, 0, 0, 0]);
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        let hex: String = hash_bytes(Hash::Sha256, b"abc")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, abc);
+        // Hashing in pieces gives the hash of the whole.
+        let mut h = Hasher::new(Hash::Sha256);
+        h.update(b"a");
+        h.update(b"bc");
+        assert_eq!(h.finish(), hash_bytes(Hash::Sha256, b"abc"));
+    }
+
+    #[test]
+    fn parses_maps_lines() {
+        let v = parse_vma(
+            "7f12a000-7f12c000 rw-s 00003000 fd:01 1234                       /data/my file (deleted)",
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            Vma {
+                start: 0x7f12a000,
+                end: 0x7f12c000,
+                shared: true,
+                offset: 0x3000,
+                dev: (0xfd, 1),
+                inode: 1234,
+                path: "/data/my file (deleted)".into(),
+            }
+        );
+        let v =
+            parse_vma("55d0c000-55d2d000 rw-p 00000000 00:00 0                          [heap]")
+                .unwrap();
+        assert!(!v.shared);
+        assert_eq!(v.path, "[heap]");
+        let v = parse_vma("7ffe1000-7ffe2000 rw-p 00000000 00:00 0 ").unwrap();
+        assert_eq!((v.inode, v.path.as_str()), (0, ""));
+        assert!(parse_vma("Size:                  4 kB").is_none());
+    }
+
+    #[test]
+    fn reads_sync_flags_from_smaps_up_to_the_range_end() {
+        let smaps = "\
+1000-2000 rw-s 00000000 fd:01 7 /pmem/a
+Size:                  4 kB
+VmFlags: rd wr sh mr mw me ms sf
+2000-3000 rw-s 00001000 fd:01 7 /pmem/a
+AnonHugePages:         0 kB
+VmFlags: rd wr sh mr mw me ms
+3000-4000 rw-s 00000000 fd:01 8 /pmem/b
+VmFlags: rd wr sh sf
+9000-a000 rw-s 00000000 fd:01 9 /pmem/c
+VmFlags: rd wr sh sf
+";
+        let sync = sync_flags(smaps.as_bytes(), &[0x1000, 0x2000, 0x3000, 0x9000], 0x4000).unwrap();
+        assert_eq!(sync, [0x1000, 0x3000]);
+    }
+
+    #[test]
+    fn empty_and_wrapping_ranges() {
+        let m = Media::probe(0x1000, 0).unwrap();
+        assert_eq!(m.kind(), MediaKind::Anonymous);
+        assert_eq!(
+            m.hash(Hash::Crc32c, 0x1000, 0).unwrap(),
+            hash_bytes(Hash::Crc32c, b"")
+        );
+        let e = Media::probe(u64::MAX - 10, 100).err().unwrap();
+        assert!(e.contains("wraps"), "{e}");
+    }
+
+    #[test]
+    fn heap_memory_is_anonymous() {
+        let v = pattern(1 << 20, 3);
+        let addr = v.as_ptr() as u64;
+        let m = Media::probe(addr, v.len() as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::Anonymous);
+        assert!(!m.durable());
+        let why = m.why_not_durable().unwrap();
+        assert!(why.contains("anonymous memory: not durable"), "{why}");
+        assert!(m.backing_file().is_none());
+        let e = m.flush_persistent(addr, 64).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported);
+        for alg in [Hash::Crc32c, Hash::Sha256] {
+            assert_eq!(
+                m.hash(alg, addr + 13, 10000).unwrap(),
+                hash_bytes(alg, &v[13..10013])
+            );
+        }
+        // Outside the probed range.
+        let e = m.hash(Hash::Crc32c, addr + 1, v.len() as u64).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn shared_anonymous_memory_is_anonymous() {
+        let r = Region::anonymous(4 * page(), libc::MAP_SHARED);
+        let m = Media::probe(r.base(), r.len as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::Anonymous);
+        let why = m.why_not_durable().unwrap();
+        assert!(why.contains("shared anonymous memory"), "{why}");
+    }
+
+    #[test]
+    fn tmpfs_file_is_volatile() {
+        let (tmp, f) = temp_file(Path::new("/dev/shm"), "shm", &pattern(3 * page(), 1));
+        let map = file_map(&f);
+        let addr = map.as_ptr() as u64;
+        let m = Media::probe(addr, map.len() as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::VolatileFile);
+        assert!(!m.durable());
+        let why = m.why_not_durable().unwrap();
+        assert!(
+            why.contains(&format!(
+                "backed by {} on tmpfs: not durable",
+                tmp.0.display()
+            )),
+            "{why}"
+        );
+        assert!(m.flush_persistent(addr, 1).is_err());
+        assert_eq!(
+            m.hash(Hash::Sha256, addr + 13, 100).unwrap(),
+            hash_bytes(Hash::Sha256, &map[13..113])
+        );
+    }
+
+    #[test]
+    fn private_file_mapping_is_anonymous() {
+        let (_tmp, f) = temp_file(&std::env::temp_dir(), "private", &pattern(2 * page(), 2));
+        // SAFETY: the file is private to the test.
+        let map = unsafe { MmapOptions::new().map_copy(&f) }.unwrap();
+        let m = Media::probe(map.as_ptr() as u64, map.len() as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::Anonymous);
+        let why = m.why_not_durable().unwrap();
+        assert!(why.contains("private mapping"), "{why}");
+    }
+
+    #[test]
+    fn shared_file_mapping_is_durable_and_flushes() {
+        let (tmp, f) = temp_file(&std::env::temp_dir(), "shared", &pattern(4 * page(), 4));
+        // Map from the second page on, so the recorded file offset is not zero.
+        // SAFETY: the file is private to the test.
+        let mut map = unsafe {
+            MmapOptions::new()
+                .offset(page() as u64)
+                .len(3 * page())
+                .map_mut(&f)
+        }
+        .unwrap();
+        let addr = map.as_ptr() as u64;
+        let m = Media::probe(addr + 13, 10000).unwrap();
+        assert_eq!(m.kind(), MediaKind::File);
+        assert!(m.durable());
+        assert!(m.why_not_durable().is_none());
+        let (path, off) = m.backing_file().unwrap();
+        assert_eq!(path, tmp.0.to_str().unwrap());
+        assert_eq!(off, page() as u64 + 13);
+
+        map[100..110].copy_from_slice(b"persistent");
+        m.flush_persistent(addr + 100, 10).unwrap();
+        let disk = std::fs::read(&tmp.0).unwrap();
+        assert_eq!(&disk[page() + 100..page() + 110], b"persistent");
+        // Zero bytes, and the whole range.
+        m.flush_persistent(addr + 13, 0).unwrap();
+        m.flush_persistent(addr + 13, 10000).unwrap();
+    }
+
+    #[test]
+    fn opens_by_path_only_the_mapped_inode() {
+        let (tmp, f) = temp_file(&std::env::temp_dir(), "bypath", &pattern(page(), 13));
+        let map = file_map(&f);
+        let addr = map.as_ptr() as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let (mut vma, _, _) = cover(maps.lines().filter_map(parse_vma), addr, addr + 1)
+            .unwrap()
+            .remove(0);
+        assert_eq!(vma.path, tmp.0.to_str().unwrap());
+        let opened = open_by_path(&vma).unwrap();
+        assert_eq!(statx(&opened).unwrap().stx_ino, vma.inode);
+        vma.inode += 1;
+        let e = open_by_path(&vma).unwrap_err();
+        assert!(e.to_string().contains("another file"), "{e}");
+
+        // No MAP_SYNC on an ordinary mapping, as the process's own smaps shows.
+        let smaps = BufReader::new(File::open("/proc/self/smaps").unwrap());
+        assert!(sync_flags(smaps, &[vma.start], vma.end).unwrap().is_empty());
+    }
+
+    #[test]
+    fn hash_of_a_file_at_unaligned_offsets() {
+        let (_tmp, f) = temp_file(&std::env::temp_dir(), "unaligned", &pattern(5 * page(), 5));
+        let map = file_map(&f);
+        let addr = map.as_ptr() as u64;
+        let m = Media::probe(addr, map.len() as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::File);
+        let fallback = without_direct(Media::probe(addr, map.len() as u64).unwrap());
+        for alg in [Hash::Crc32c, Hash::Sha256] {
+            for (off, len) in [
+                (13, 10000),
+                (13, 0),
+                (0, map.len()),
+                (4095, 2),
+                (8192, 4096),
+            ] {
+                let want = hash_bytes(alg, &map[off..off + len]);
+                let (a, l) = (addr + off as u64, len as u64);
+                assert_eq!(m.hash(alg, a, l).unwrap(), want, "{alg:?} {off}+{len}");
+                assert_eq!(
+                    fallback.hash(alg, a, l).unwrap(),
+                    want,
+                    "{alg:?} {off}+{len}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn bytes_past_end_of_file_hash_as_zero() {
+        let data = pattern(10000, 6);
+        let (_tmp, f) = temp_file(&std::env::temp_dir(), "eof", &data);
+        let map = file_map(&f);
+        let addr = map.as_ptr() as u64;
+        // The mapping's last page runs past end-of-file.
+        let cover = 10000u64.div_ceil(page() as u64) * page() as u64;
+        let m = Media::probe(addr, cover).unwrap();
+        let mut want = data[9990..].to_vec();
+        want.resize(want.len() + (cover - 10000) as usize, 0);
+        for m in [&m, &without_direct(Media::probe(addr, cover).unwrap())] {
+            assert_eq!(
+                m.hash(Hash::Sha256, addr + 9990, cover - 9990).unwrap(),
+                hash_bytes(Hash::Sha256, &want)
+            );
+        }
+    }
+
+    #[test]
+    fn hash_reads_the_medium() {
+        let old = pattern(4 * page(), 7);
+        let (tmp, f) = temp_file(&std::env::temp_dir(), "medium", &old);
+        let mut map = file_map(&f);
+        let addr = map.as_ptr() as u64;
+        let m = Media::probe(addr, map.len() as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::File);
+        let backing = m.segments[0].backing.as_ref().unwrap();
+        assert!(
+            backing.file.direct.is_some(),
+            "no O_DIRECT on {}",
+            tmp.0.display()
+        );
+        let (a, len) = (addr + 13, 10000u64);
+        let range = 13..10013;
+
+        let new = pattern(old.len(), 8);
+        map.copy_from_slice(&new);
+        // The kernel may write dirty pages back at any time (and an O_DIRECT read
+        // writes back the range it reads first), so before the flush the medium
+        // holds the old bytes or the new ones.
+        let before = m.hash(Hash::Sha256, a, len).unwrap();
+        assert!(
+            before == hash_bytes(Hash::Sha256, &old[range.clone()])
+                || before == hash_bytes(Hash::Sha256, &new[range.clone()])
+        );
+        m.flush_persistent(addr, map.len() as u64).unwrap();
+        assert_eq!(
+            m.hash(Hash::Sha256, a, len).unwrap(),
+            hash_bytes(Hash::Sha256, &new[range.clone()])
+        );
+
+        // Flip a byte on disk behind the page cache: hash sees it, whatever the
+        // mapping shows (the kernel usually drops the cached page, so it may show it too).
+        let mut block = new[..DIO_ALIGN as usize].to_vec();
+        block[100] ^= 0xff;
+        direct_write(&tmp.0, 0, &block);
+        let mut disk = new.clone();
+        disk[100] ^= 0xff;
+        for alg in [Hash::Crc32c, Hash::Sha256] {
+            assert_eq!(
+                m.hash(alg, a, len).unwrap(),
+                hash_bytes(alg, &disk[range.clone()])
+            );
+        }
+    }
+
+    #[test]
+    fn file_segments_hash_the_file_not_the_memory() {
+        let data = pattern(3 * page(), 14);
+        let (_tmp, f) = temp_file(&std::env::temp_dir(), "notmem", &data);
+        let map = file_map(&f);
+        // The same file behind memory that holds something else.
+        let other = vec![0xa5u8; data.len()];
+        let addr = other.as_ptr() as u64;
+        for direct in [true, false] {
+            let m = if direct {
+                Media::probe(map.as_ptr() as u64, map.len() as u64).unwrap()
+            } else {
+                without_direct(Media::probe(map.as_ptr() as u64, map.len() as u64).unwrap())
+            };
+            let m = Media {
+                start: addr,
+                end: addr + other.len() as u64,
+                segments: m
+                    .segments
+                    .into_iter()
+                    .map(|s| Segment {
+                        start: addr,
+                        end: addr + other.len() as u64,
+                        ..s
+                    })
+                    .collect(),
+                ..m
+            };
+            assert_eq!(m.segments.len(), 1);
+            for alg in [Hash::Crc32c, Hash::Sha256] {
+                let h = m.hash(alg, addr + 13, 5000).unwrap();
+                assert_eq!(h, hash_bytes(alg, &data[13..5013]), "direct {direct}");
+                assert_ne!(h, hash_bytes(alg, &other[13..5013]));
+            }
+        }
+    }
+
+    #[test]
+    fn range_over_two_files_takes_the_weakest_kind() {
+        let p = page();
+        let a = pattern(2 * p, 9);
+        let b = pattern(2 * p, 10);
+        let (_ta, fa) = temp_file(&std::env::temp_dir(), "a", &a);
+        let (_tb, fb) = temp_file(&std::env::temp_dir(), "b", &b);
+        let (_tc, fc) = temp_file(Path::new("/dev/shm"), "shm2", &a);
+        let r = Region::anonymous(8 * p, libc::MAP_PRIVATE);
+        r.place(0, 2 * p, &fa, 0);
+        r.place(2 * p, 2 * p, &fb, 0);
+        r.place(4 * p, 2 * p, &fc, 0);
+        // Pages 6 and 7 stay anonymous.
+
+        let m = Media::probe(r.base() + 100, 4 * p as u64 - 200).unwrap();
+        assert_eq!(m.kind(), MediaKind::File);
+        assert_eq!(m.segments.len(), 2);
+        let want = [&a[100..], &b[..2 * p - 100]].concat();
+        for alg in [Hash::Crc32c, Hash::Sha256] {
+            assert_eq!(
+                m.hash(alg, r.base() + 100, want.len() as u64).unwrap(),
+                hash_bytes(alg, &want)
+            );
+        }
+        m.flush_persistent(r.base() + 100, want.len() as u64)
+            .unwrap();
+
+        let m = Media::probe(r.base(), 6 * p as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::VolatileFile);
+        assert!(m.why_not_durable().unwrap().contains("tmpfs"));
+
+        let m = Media::probe(r.base() + p as u64, 7 * p as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::Anonymous);
+        let why = m.why_not_durable().unwrap();
+        let anon = format!(
+            "{:#x}-{:#x} is anonymous memory",
+            r.base() + 6 * p as u64,
+            r.base() + 8 * p as u64
+        );
+        assert!(why.contains(&anon), "{why}");
+        assert_eq!(
+            m.hash(Hash::Crc32c, r.base(), 8 * p as u64)
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn same_file_out_of_order_is_two_segments() {
+        let p = page();
+        let data = pattern(2 * p, 11);
+        let (_t, f) = temp_file(&std::env::temp_dir(), "order", &data);
+        let r = Region::anonymous(2 * p, libc::MAP_PRIVATE);
+        // The file's second page first, then its first page.
+        r.place(0, p, &f, p as i64);
+        r.place(p, p, &f, 0);
+        let m = Media::probe(r.base(), 2 * p as u64).unwrap();
+        assert_eq!(m.kind(), MediaKind::File);
+        assert_eq!(m.segments.len(), 2);
+        assert_eq!(m.backing_file().unwrap().1, p as u64);
+        let want = [&data[p + 7..], &data[..p - 7]].concat();
+        assert_eq!(r.bytes(7, want.len()), want);
+        assert_eq!(
+            m.hash(Hash::Sha256, r.base() + 7, want.len() as u64)
+                .unwrap(),
+            hash_bytes(Hash::Sha256, &want)
+        );
+
+        // In order: the kernel may merge the two mappings or not; either way one segment.
+        r.place(0, p, &f, 0);
+        r.place(p, p, &f, p as i64);
+        let m = Media::probe(r.base(), 2 * p as u64).unwrap();
+        assert_eq!(m.segments.len(), 1);
+        assert_eq!(
+            m.hash(Hash::Sha256, r.base() + 7, 2 * p as u64 - 14)
+                .unwrap(),
+            hash_bytes(Hash::Sha256, &data[7..2 * p - 7])
+        );
+    }
+
+    #[test]
+    fn holes_are_errors() {
+        let p = page();
+        let r = Region::anonymous(3 * p, libc::MAP_PRIVATE);
+        // SAFETY: the middle page belongs to this region and nothing refers to it.
+        unsafe { libc::munmap(r.addr.cast::<u8>().add(p).cast(), p) };
+        let e = Media::probe(r.base(), 3 * p as u64).err().unwrap();
+        let hole = format!("{:#x}-{:#x}", r.base() + p as u64, r.base() + 2 * p as u64);
+        assert!(e.contains(&hole) && e.contains("not mapped"), "{e}");
+    }
+
+    #[test]
+    fn dax_segments_write_back_and_evict_cache_lines() {
+        // No persistent memory here: drive the Dax paths over ordinary memory.
+        let v = pattern(10000, 12);
+        let addr = v.as_ptr() as u64;
+        let m = Media {
+            kind: MediaKind::Dax,
+            start: addr,
+            end: addr + v.len() as u64,
+            why_not: None,
+            segments: vec![Segment {
+                start: addr,
+                end: addr + v.len() as u64,
+                kind: MediaKind::Dax,
+                backing: None,
+            }],
+            page: page_size(),
+            cache: cpu::CacheOps::detect(),
+        };
+        assert!(m.durable());
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert!(m.cache.line >= 32 && m.cache.line.is_power_of_two());
+            m.flush_persistent(addr + 13, 1000).unwrap();
+            m.flush_persistent(addr, v.len() as u64).unwrap();
+        }
+        for alg in [Hash::Crc32c, Hash::Sha256] {
+            assert_eq!(
+                m.hash(alg, addr + 13, 5000).unwrap(),
+                hash_bytes(alg, &v[13..5013])
+            );
+        }
+    }
+
+    #[test]
+    fn flush_global_returns() {
+        flush_global();
+    }
+}
