@@ -27,13 +27,7 @@ fn perftest_all_sizes_pair(tool: &str, iters: u64, qps: u64, extra: &[&str]) {
     };
     let pair = run_tool_pair(tool, dev, dev, &args, TIMEOUT);
     if let Err(e) = check_perftest(tool, &pair, &perftest_all_sizes(), column) {
-        // KNOWN OPEN BUG (see tests/netns.rs): a pair rarely stalls or sees its
-        // QP fail mid-run. Every occurrence is printed; a second failure fails.
-        eprintln!("KNOWN BUG HIT: {tool} {args:?}: {e}\n{}", pair.dump());
-        let pair = run_tool_pair(tool, dev, dev, &args, TIMEOUT);
-        if let Err(e) = check_perftest(tool, &pair, &perftest_all_sizes(), column) {
-            panic!("{tool} {args:?} (second attempt): {e}\n{}", pair.dump());
-        }
+        panic!("{tool} {args:?}: {e}\n{}", pair.dump());
     }
     eprintln!("{tool} {args:?}: {:.1} s", start.elapsed().as_secs_f64());
 }
