@@ -4,8 +4,10 @@
 
 # Build: bindgen needs libclang and the rdma-core headers; cargo links with cc.
 XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libibverbs-dev librdmacm-dev)
-# Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc. (procps).
-XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps)
+# Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc.
+# (procps), groff (groff-base) to check the xiwdv(3) man page. The xiwdv
+# example is built with gcc and pkg-config, above.
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;
 # touches apt not at all when everything is present.
@@ -28,14 +30,14 @@ xiw_ensure_packages() {
 
 # Puts cargo on PATH (rustup installs it in ~/.cargo/bin, which sudo and
 # non-login shells may not have); fails loudly without it. Debian 12's own
-# rustc is too old for this workspace (rust-version 1.80), so it is not
+# rustc is too old for this workspace (rust-version 1.87), so it is not
 # installed from apt.
 xiw_ensure_cargo() {
     if ! command -v cargo >/dev/null 2>&1 && [[ -x ${HOME:-/root}/.cargo/bin/cargo ]]; then
         export PATH="${HOME:-/root}/.cargo/bin:$PATH"
     fi
     if ! command -v cargo >/dev/null 2>&1; then
-        echo "xiw: cargo not found: install a Rust toolchain >= 1.80 (https://rustup.rs)" >&2
+        echo "xiw: cargo not found: install a Rust toolchain >= 1.87 (https://rustup.rs)" >&2
         return 1
     fi
 }

@@ -39,9 +39,10 @@ fn ddp_ctrl(tagged: bool, last: bool, version: u8) -> u8 {
     (tagged as u8) << 7 | (last as u8) << 6 | (version & 3)
 }
 
-/// RDMAP control byte (RFC 5040 figure 3): RV, reserved, opcode.
+/// RDMAP control byte (RFC 5040 figure 3): RV, reserved, opcode; the opcode
+/// takes 5 bits since draft-talpey-rdma-commit (opcodes 0x10 and 0x11).
 fn rdmap_ctrl(version: u8, opcode: u8) -> u8 {
-    (version & 3) << 6 | (opcode & 0x0f)
+    (version & 3) << 6 | (opcode & 0x1f)
 }
 
 fn tagged(opcode: u8, stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
@@ -359,6 +360,150 @@ fn hostile_frames_get_the_right_terminate() {
         true,
         |s, crc, _| s.write_all(&fpdu(&[0x41, 0x43, 0, 0], crc)).unwrap(),
         Some(Cause(1, 0, 0)),
+    );
+}
+
+/// An RFC 7306 Atomic Request body (figure 4): AOpCode, request id, STag, TO,
+/// add/swap data and mask, compare data and mask.
+fn atomic_request(aopcode: u8, stag: u32, to: u64) -> Vec<u8> {
+    let mut b = (aopcode as u32 & 0xf).to_be_bytes().to_vec();
+    b.extend_from_slice(&7u32.to_be_bytes());
+    b.extend_from_slice(&stag.to_be_bytes());
+    b.extend_from_slice(&to.to_be_bytes());
+    for v in [1u64, 0, 0, u64::MAX] {
+        b.extend_from_slice(&v.to_be_bytes());
+    }
+    b
+}
+
+/// A commit-draft request body (appendix A): STag, length, TO, then `rest`.
+fn commit_request(stag: u32, len: u32, to: u64, rest: &[u8]) -> Vec<u8> {
+    let mut b = stag.to_be_bytes().to_vec();
+    b.extend_from_slice(&len.to_be_bytes());
+    b.extend_from_slice(&to.to_be_bytes());
+    b.extend_from_slice(rest);
+    b
+}
+
+/// The victim's only MR: the first STag of its context (index 1, key 1),
+/// registered by ibv_rc_pingpong with local write access only.
+const VICTIM_STAG: u32 = 0x101;
+
+#[test]
+fn hostile_extension_frames_get_the_right_terminate() {
+    let _g = serial();
+    // Atomic Request (opcode 0xA, QN 1) on an STag never advertised:
+    // RDMAP remote protection error, invalid STag (RFC 7306 section 8.2).
+    case(
+        "atomic STag",
+        true,
+        |s, crc, _| {
+            let body = atomic_request(0, 0x4242_4200, 0);
+            s.write_all(&fpdu(&untagged(1, 1, 0xa, 0, 1, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 1, 0)),
+    );
+    // Atomic Request outside the victim's MR (its tagged offsets are its
+    // virtual addresses): base or bounds violation.
+    case(
+        "atomic bounds",
+        true,
+        |s, crc, _| {
+            let body = atomic_request(0, VICTIM_STAG, 0);
+            s.write_all(&fpdu(&untagged(1, 1, 0xa, 0, 1, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 1, 1)),
+    );
+    // The reserved AOpCode 1: unexpected operation.
+    case(
+        "AOpCode",
+        true,
+        |s, crc, _| {
+            let body = atomic_request(1, VICTIM_STAG, 0);
+            s.write_all(&fpdu(&untagged(1, 1, 0xa, 0, 1, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 6)),
+    );
+    // An Atomic Request cut short: DDP local catastrophic.
+    case(
+        "short atomic",
+        true,
+        |s, crc, _| {
+            let body = atomic_request(0, VICTIM_STAG, 0);
+            s.write_all(&fpdu(&untagged(1, 1, 0xa, 0, 1, 1, 0, &body[..20]), crc))
+                .unwrap()
+        },
+        Some(Cause(1, 0, 0)),
+    );
+    // Immediate Data (0x8) of 4 bytes instead of 8 (RFC 7306 section 6.3):
+    // remote operation error, catastrophic error localized to the stream.
+    case(
+        "immediate length",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(1, 1, 0x8, 0, 0, 1, 0, &[1, 2, 3, 4]), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 7)),
+    );
+    // An Atomic Response (0xB, QN 3) nobody asked for: unexpected opcode.
+    case(
+        "stray atomic response",
+        true,
+        |s, crc, _| {
+            let mut body = 7u32.to_be_bytes().to_vec();
+            body.extend_from_slice(&0u64.to_be_bytes());
+            s.write_all(&fpdu(&untagged(1, 1, 0xb, 0, 3, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 6)),
+    );
+    // An Atomic Request sent on queue 3: unexpected opcode.
+    case(
+        "atomic on QN 3",
+        true,
+        |s, crc, _| {
+            let body = atomic_request(0, VICTIM_STAG, 0);
+            s.write_all(&fpdu(&untagged(1, 1, 0xa, 0, 3, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 6)),
+    );
+    // Atomic Write (0x10) of 4 bytes: the draft's section 3.1.3.1 allows 8 only.
+    case(
+        "atomic write length",
+        true,
+        |s, crc, _| {
+            let body = commit_request(VICTIM_STAG, 4, 0, &[0; 8]);
+            s.write_all(&fpdu(&untagged(1, 1, 0x10, 0, 1, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 7)),
+    );
+    // RDMA Verify (0xE) of an STag never advertised: invalid STag.
+    case(
+        "verify STag",
+        true,
+        |s, crc, _| {
+            let body = commit_request(0x4242_4200, 64, 0, &[0xab; 4]);
+            s.write_all(&fpdu(&untagged(1, 1, 0xe, 0, 1, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 1, 0)),
+    );
+    // RDMA Flush beyond the end of the victim's MR: base or bounds violation.
+    case(
+        "flush bounds",
+        true,
+        |s, crc, _| {
+            let body = commit_request(VICTIM_STAG, 64, 1 << 40, &2u32.to_be_bytes());
+            s.write_all(&fpdu(&untagged(1, 1, 0xc, 0, 1, 1, 0, &body), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 1, 1)),
     );
 }
 
