@@ -162,13 +162,14 @@ impl Pair {
         if let Some((sl, cl)) = &self.logs {
             for (side, path) in [("server", sl), ("client", cl)] {
                 let text = std::fs::read_to_string(path).unwrap_or_default();
-                s.push_str(&format!("\n--- {side} libibverbs log ({}):\n{text}", path.display()));
+                s.push_str(&format!(
+                    "\n--- {side} libibverbs log ({}):\n{text}",
+                    path.display()
+                ));
             }
         }
         s
     }
-
-
 }
 
 impl Drop for Pair {
