@@ -2,17 +2,19 @@
 //!
 //! The exported functions are declared here against the bindgen types of
 //! [`xiw_abi::verbs`]; the ones `verbs.h` defines as `static inline` (post_send,
-//! post_recv, poll_cq, query_port, create_cq_ex and the `ibv_cq_ex` readers) are
-//! reimplemented exactly as the header does, by calling through the context's
-//! operation tables. Plain-data types are re-exported so callers need not name
-//! the bindgen module.
+//! post_recv, poll_cq, query_port, create_cq_ex, create_qp_ex, the `ibv_cq_ex`
+//! readers and the `ibv_wr_*` builders of `ibv_qp_ex`) are reimplemented exactly
+//! as the header does, by calling through the context's operation tables or the
+//! object's function pointers. xiw's direct verbs (flushable and verifiable
+//! memory, Flush, Verify, the masked atomics) come through the `xiwdv` crate.
+//! Plain-data types are re-exported so callers need not name the bindgen module.
 //!
 //! The RAII wrappers keep their parents alive through reference counts, so any
 //! drop order is safe: an [`Mr`] or [`Qp`] holds its [`Pd`], a [`Pd`] or [`Cq`]
 //! holds its [`Context`].
 //!
 //! The `unsafe` needed to use libibverbs lives here, so that programs built on
-//! this layer (xiw-verbs-check) need none of their own.
+//! this layer (xiw-verbs-check, xiw-ext-check) need none of their own.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::io;
@@ -24,7 +26,8 @@ use std::rc::Rc;
 pub use xiw_abi::verbs as sys;
 use xiw_abi::verbs::{
     ibv_comp_channel, ibv_context, ibv_cq, ibv_cq_ex, ibv_cq_init_attr_ex, ibv_device, ibv_mr,
-    ibv_pd, ibv_poll_cq_attr, ibv_qp, ibv_recv_wr, ibv_send_wr, ibv_wc, verbs_context,
+    ibv_pd, ibv_poll_cq_attr, ibv_qp, ibv_qp_ex, ibv_qp_init_attr_ex, ibv_recv_wr, ibv_send_wr,
+    ibv_wc, verbs_context,
 };
 pub use xiw_abi::verbs::{
     ibv_device_attr, ibv_gid, ibv_port_attr, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_sge,
@@ -71,6 +74,7 @@ extern "C" {
         init: *mut ibv_qp_init_attr,
     ) -> c_int;
     fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int;
+    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex;
     fn ibv_wc_status_str(status: u32) -> *const c_char;
 }
 
@@ -251,6 +255,18 @@ impl Context {
             })
             .ok_or_else(io::Error::last_os_error)
     }
+
+    /// `xiwdv_is_xiw`: false without the xiw library too.
+    pub fn is_xiw(&self) -> bool {
+        // SAFETY: live context.
+        unsafe { xiwdv::is_xiw(self.raw()) }
+    }
+
+    /// `xiwdv_query_device`: xiw's extension capabilities.
+    pub fn xiwdv_query_device(&self) -> Result<xiwdv::DeviceAttr, xiwdv::Error> {
+        // SAFETY: live context.
+        unsafe { xiwdv::query_device(self.raw()) }
+    }
 }
 
 // ---- protection domains and memory regions --------------------------------------
@@ -277,13 +293,51 @@ impl Pd {
     }
 }
 
-/// Page-aligned anonymous memory.
-struct Mapping {
+/// Page-aligned memory of our own: anonymous, or a shared mapping of a file.
+pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
 impl Mapping {
+    /// `len` zeroed bytes of private anonymous memory.
+    pub fn anon(len: usize) -> io::Result<Mapping> {
+        Self::new(len)
+    }
+
+    /// The first `len` bytes of `file`, mapped shared (MAP_SHARED): stores
+    /// reach the file's pages, which msync writes back.
+    pub fn file(file: &std::fs::File, len: usize) -> io::Result<Mapping> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of an open file; the kernel keeps its
+        // own reference to the file, so `file` may be closed afterwards.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(p as *mut u8).expect("mmap result"),
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     fn new(len: usize) -> io::Result<Mapping> {
         let n = len.max(1);
         // SAFETY: a fresh private anonymous mapping.
@@ -328,7 +382,44 @@ pub struct Mr {
     _pd: Pd,
 }
 
+/// How [`Mr::register`] registers its memory.
+#[derive(Clone, Copy, Debug)]
+pub enum Reg {
+    /// `ibv_reg_mr`.
+    Verbs,
+    /// `xiwdv_reg_mr` with these attributes (None: NULL).
+    Xiwdv(Option<xiwdv::MrAttr>),
+}
+
 impl Mr {
+    /// Registers `mem` (which the MR then owns) with `access` (`IBV_ACCESS_*`,
+    /// including xiwdv's flush flags) the way `how` says. A failure carries
+    /// the errno and, for xiwdv, its reason (`xiwdv_last_error`).
+    pub fn register(pd: &Pd, mem: Mapping, access: u32, how: Reg) -> Result<Mr, xiwdv::Error> {
+        let addr = mem.ptr.as_ptr() as *mut c_void;
+        let mr = match how {
+            // SAFETY: the mapping is ours and outlives the registration (Drop order).
+            Reg::Verbs => {
+                NonNull::new(unsafe { ibv_reg_mr(pd.raw(), addr, mem.len, access as c_int) })
+                    .ok_or_else(|| xiwdv::Error::Failed {
+                        errno: io::Error::last_os_error()
+                            .raw_os_error()
+                            .unwrap_or(libc::EIO),
+                        reason: String::new(),
+                    })?
+            }
+            // SAFETY: as above; the PD is live.
+            Reg::Xiwdv(attr) => unsafe {
+                xiwdv::reg_mr(pd.raw(), addr, mem.len, access, attr.as_ref())?
+            },
+        };
+        Ok(Mr {
+            raw: mr,
+            mem,
+            _pd: pd.clone(),
+        })
+    }
+
     /// Allocates `len` zeroed bytes and registers them with `access` (`IBV_ACCESS_*`).
     pub fn new(pd: &Pd, len: usize, access: u32) -> io::Result<Mr> {
         let mem = Mapping::new(len)?;
@@ -440,6 +531,10 @@ pub struct Wc {
     pub byte_len: u32,
     pub qp_num: u32,
     pub wc_flags: u32,
+    /// Immediate data in network byte order, as delivered (valid with
+    /// `IBV_WC_WITH_IMM`; an extended CQ reports it only if made with
+    /// `IBV_WC_EX_WITH_IMM`, see [`Cq::new_ex_with`]).
+    pub imm_data: u32,
 }
 
 impl Wc {
@@ -452,6 +547,8 @@ impl Wc {
             byte_len: w.byte_len,
             qp_num: w.qp_num,
             wc_flags: w.wc_flags,
+            // SAFETY: both members of the union are a u32; any value is valid.
+            imm_data: unsafe { w.__bindgen_anon_1.imm_data },
         }
     }
 }
@@ -463,6 +560,8 @@ enum CqKind {
 
 struct CqInner {
     kind: CqKind,
+    /// `IBV_WC_EX_WITH_*` of an extended CQ.
+    ex_flags: u64,
     _ctx: Context,
 }
 
@@ -490,6 +589,7 @@ impl Cq {
             .map(|c| {
                 Cq(Rc::new(CqInner {
                     kind: CqKind::Classic(c),
+                    ex_flags: 0,
                     _ctx: ctx.clone(),
                 }))
             })
@@ -498,9 +598,18 @@ impl Cq {
 
     /// `ibv_create_cq_ex` (static inline in verbs.h) reporting byte_len and qp_num.
     pub fn new_ex(ctx: &Context, cqe: u32) -> io::Result<Cq> {
+        Self::new_ex_with(
+            ctx,
+            cqe,
+            (sys::IBV_WC_EX_WITH_BYTE_LEN | sys::IBV_WC_EX_WITH_QP_NUM) as u64,
+        )
+    }
+
+    /// `ibv_create_cq_ex` with these `IBV_WC_EX_WITH_*` flags.
+    pub fn new_ex_with(ctx: &Context, cqe: u32, wc_flags: u64) -> io::Result<Cq> {
         let mut attr = ibv_cq_init_attr_ex {
             cqe,
-            wc_flags: (sys::IBV_WC_EX_WITH_BYTE_LEN | sys::IBV_WC_EX_WITH_QP_NUM) as u64,
+            wc_flags,
             ..Default::default()
         };
         let raw = ctx.raw();
@@ -520,6 +629,7 @@ impl Cq {
             .map(|c| {
                 Cq(Rc::new(CqInner {
                     kind: CqKind::Ex(c),
+                    ex_flags: wc_flags,
                     _ctx: ctx.clone(),
                 }))
             })
@@ -557,12 +667,15 @@ impl Cq {
             }
             CqKind::Ex(c) => {
                 let cq = c.as_ptr();
+                let flags = self.0.ex_flags;
+                let has = |f: u32| flags & f as u64 != 0;
                 let mut out = Vec::new();
                 let mut attr = ibv_poll_cq_attr::default();
                 // SAFETY: ibv_start_poll / ibv_next_poll / ibv_end_poll and the
                 // ibv_wc_read_* helpers of verbs.h call the CQ's own function
                 // pointers; the readers are valid between a successful start/next
                 // and end_poll, and byte_len / qp_num were requested at creation.
+                // A reader is called only if its IBV_WC_EX_WITH_* flag was requested.
                 unsafe {
                     let cur = &*cq;
                     let mut rc = (cur.start_poll.expect("start_poll"))(cq, &mut attr);
@@ -574,14 +687,29 @@ impl Cq {
                     }
                     loop {
                         let cur = &*cq;
+                        let wc_flags = (cur.read_wc_flags.expect("read_wc_flags"))(cq);
+                        let with_imm = wc_flags & sys::IBV_WC_WITH_IMM != 0;
                         out.push(Wc {
                             wr_id: cur.wr_id,
                             status: cur.status,
                             opcode: (cur.read_opcode.expect("read_opcode"))(cq),
                             vendor_err: (cur.read_vendor_err.expect("read_vendor_err"))(cq),
-                            byte_len: (cur.read_byte_len.expect("read_byte_len"))(cq),
-                            qp_num: (cur.read_qp_num.expect("read_qp_num"))(cq),
-                            wc_flags: (cur.read_wc_flags.expect("read_wc_flags"))(cq),
+                            byte_len: if has(sys::IBV_WC_EX_WITH_BYTE_LEN) {
+                                (cur.read_byte_len.expect("read_byte_len"))(cq)
+                            } else {
+                                0
+                            },
+                            qp_num: if has(sys::IBV_WC_EX_WITH_QP_NUM) {
+                                (cur.read_qp_num.expect("read_qp_num"))(cq)
+                            } else {
+                                0
+                            },
+                            wc_flags,
+                            imm_data: if has(sys::IBV_WC_EX_WITH_IMM) && with_imm {
+                                (cur.read_imm_data.expect("read_imm_data"))(cq)
+                            } else {
+                                0
+                            },
                         });
                         if out.len() >= max {
                             break;
@@ -617,6 +745,12 @@ pub struct SendWr {
     pub num_sge: Option<i32>,
     pub remote_addr: u64,
     pub rkey: u32,
+    /// Atomics (`wr.atomic`): the add value of FetchAdd, the compare value of CmpSwap.
+    pub compare_add: u64,
+    /// CmpSwap: the swap value.
+    pub swap: u64,
+    /// `*_WITH_IMM`: the immediate data, in network byte order as given.
+    pub imm_data: u32,
 }
 
 /// A receive work request.
@@ -631,9 +765,111 @@ pub struct RecvWr {
 pub struct Qp {
     raw: NonNull<ibv_qp>,
     cap: ibv_qp_cap,
+    /// The `ibv_qp_ex` of a QP made by [`Qp::new_ex`].
+    qpx: Option<NonNull<ibv_qp_ex>>,
     _pd: Pd,
     _cqs: (Cq, Cq),
 }
+
+/// One operation of an `ibv_qp_ex` work request ([`Qp::post_ex`]): the
+/// `ibv_wr_*` builder of verbs.h, or an xiwdv builder.
+#[derive(Clone, Debug)]
+pub enum ExOp {
+    Send,
+    /// `ibv_wr_send_imm`; `imm` in network byte order as given.
+    SendImm {
+        imm: u32,
+    },
+    Write {
+        rkey: u32,
+        addr: u64,
+    },
+    WriteImm {
+        rkey: u32,
+        addr: u64,
+        imm: u32,
+    },
+    Read {
+        rkey: u32,
+        addr: u64,
+    },
+    FetchAdd {
+        rkey: u32,
+        addr: u64,
+        add: u64,
+    },
+    CmpSwp {
+        rkey: u32,
+        addr: u64,
+        compare: u64,
+        swap: u64,
+    },
+    /// `ibv_wr_atomic_write`: the eight bytes land as given.
+    AtomicWrite {
+        rkey: u32,
+        addr: u64,
+        value: [u8; 8],
+    },
+    /// `xiwdv_wr_flush`.
+    Flush {
+        rkey: u32,
+        addr: u64,
+        len: usize,
+        placement: u8,
+        level: u8,
+    },
+    /// `xiwdv_wr_verify`.
+    Verify {
+        rkey: u32,
+        addr: u64,
+        len: u32,
+        expected: Option<Vec<u8>>,
+    },
+    /// `xiwdv_wr_atomic_masked_fetch_add`.
+    MaskedFetchAdd {
+        rkey: u32,
+        addr: u64,
+        add: u64,
+        boundary: u64,
+    },
+    /// `xiwdv_wr_atomic_masked_cmp_swp`.
+    MaskedCmpSwp {
+        rkey: u32,
+        addr: u64,
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    },
+    /// `xiwdv_wr_atomic_swap`.
+    Swap {
+        rkey: u32,
+        addr: u64,
+        swap: u64,
+    },
+}
+
+impl ExOp {
+    /// Whether the operation takes a local buffer (`ibv_wr_set_sge*`).
+    fn has_sges(&self) -> bool {
+        !matches!(self, ExOp::Flush { .. } | ExOp::AtomicWrite { .. })
+    }
+}
+
+/// A work request for [`Qp::post_ex`].
+#[derive(Clone)]
+pub struct ExWr {
+    pub wr_id: u64,
+    /// `IBV_SEND_*`
+    pub flags: u32,
+    pub op: ExOp,
+    /// The local buffer(s); one SGE goes through `ibv_wr_set_sge`, several
+    /// (or none) through `ibv_wr_set_sge_list`.
+    pub sges: Vec<ibv_sge>,
+}
+
+/// errno of [`Qp::post_ex`] when the xiw direct verbs cannot be loaded.
+pub const ENOSYS_XIWDV: i32 = libc::ENOSYS;
 
 impl Qp {
     /// An RC QP; `cap` is what to ask for, [`Qp::cap`] what was granted.
@@ -672,11 +908,203 @@ impl Qp {
             Some(raw) => Ok(Qp {
                 raw,
                 cap: attr.cap,
+                qpx: None,
                 _pd: pd.clone(),
                 _cqs: (send_cq.clone(), recv_cq.clone()),
             }),
             None => Err(io::Error::last_os_error()),
         }
+    }
+
+    /// An RC QP made by `ibv_create_qp_ex` (static inline in verbs.h) with
+    /// `IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` and
+    /// `send_ops_flags` (`IBV_QP_EX_WITH_*`, `XIWDV_QP_EX_WITH_*`), so that
+    /// [`Qp::post_ex`] can build work requests on it.
+    pub fn new_ex(
+        ctx: &Context,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        cap: ibv_qp_cap,
+        sq_sig_all: bool,
+        send_ops_flags: u64,
+    ) -> io::Result<Qp> {
+        let mut attr = ibv_qp_init_attr_ex {
+            send_cq: send_cq.as_cq(),
+            recv_cq: recv_cq.as_cq(),
+            cap,
+            qp_type: sys::IBV_QPT_RC,
+            sq_sig_all: sq_sig_all as c_int,
+            comp_mask: sys::IBV_QP_INIT_ATTR_PD | sys::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            pd: pd.raw(),
+            send_ops_flags,
+            ..Default::default()
+        };
+        let raw_ctx = ctx.raw();
+        // SAFETY: live context, PD and CQs (kept alive by the Qp); the op is
+        // used only if the context provides it, as verbs.h does.
+        let qp = unsafe {
+            match verbs_get_ctx(raw_ctx) {
+                Some(v)
+                    if vctx_has(v, offset_of!(verbs_context, create_qp_ex))
+                        && (*v).create_qp_ex.is_some() =>
+                {
+                    ((*v).create_qp_ex.unwrap())(raw_ctx, &mut attr)
+                }
+                _ => return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP)),
+            }
+        };
+        let raw = NonNull::new(qp).ok_or_else(io::Error::last_os_error)?;
+        // SAFETY: a QP created with send_ops_flags, which makes it an ibv_qp_ex.
+        let qpx = NonNull::new(unsafe { ibv_qp_to_qp_ex(qp) });
+        Ok(Qp {
+            raw,
+            cap: attr.cap,
+            qpx,
+            _pd: pd.clone(),
+            _cqs: (send_cq.clone(), recv_cq.clone()),
+        })
+    }
+
+    /// Posts `wrs` as one `ibv_wr_start` .. `ibv_wr_complete` batch through the
+    /// QP's `ibv_qp_ex` builders (and xiwdv's). The error is what
+    /// `ibv_wr_complete` returned, EOPNOTSUPP if the QP lacks a builder (it was
+    /// not made by [`Qp::new_ex`], or the provider leaves the op out), or
+    /// [`ENOSYS_XIWDV`] if the xiw direct verbs cannot be loaded; in those two
+    /// cases the batch is aborted.
+    ///
+    /// The SGEs' memory must stay registered until the completions arrive.
+    pub fn post_ex(&self, wrs: &[ExWr]) -> Result<(), i32> {
+        let Some(qpx) = self.qpx else {
+            return Err(libc::EOPNOTSUPP);
+        };
+        let q = qpx.as_ptr();
+        // SAFETY: q is the live ibv_qp_ex of this QP. Each builder is one of its
+        // function pointers (called only if set) or an xiwdv builder meant for
+        // it, between wr_start and wr_complete/wr_abort as verbs.h requires;
+        // every pointer handed over (SGE lists, atomic write value, expected
+        // hash) lives in `wrs` until this call returns.
+        unsafe {
+            let (Some(start), Some(complete), Some(abort)) =
+                ((*q).wr_start, (*q).wr_complete, (*q).wr_abort)
+            else {
+                return Err(libc::EOPNOTSUPP);
+            };
+            start(q);
+            for w in wrs {
+                (*q).wr_id = w.wr_id;
+                (*q).wr_flags = w.flags;
+                let missing = || -> Result<(), i32> { Err(libc::EOPNOTSUPP) };
+                let xerr = |e: xiwdv::Error| match e {
+                    xiwdv::Error::Unavailable(_) => ENOSYS_XIWDV,
+                    e => e.errno(),
+                };
+                let r: Result<(), i32> = match &w.op {
+                    ExOp::Send => (*q).wr_send.map(|f| f(q)).map_or_else(missing, Ok),
+                    ExOp::SendImm { imm } => (*q)
+                        .wr_send_imm
+                        .map(|f| f(q, *imm))
+                        .map_or_else(missing, Ok),
+                    ExOp::Write { rkey, addr } => (*q)
+                        .wr_rdma_write
+                        .map(|f| f(q, *rkey, *addr))
+                        .map_or_else(missing, Ok),
+                    ExOp::WriteImm { rkey, addr, imm } => (*q)
+                        .wr_rdma_write_imm
+                        .map(|f| f(q, *rkey, *addr, *imm))
+                        .map_or_else(missing, Ok),
+                    ExOp::Read { rkey, addr } => (*q)
+                        .wr_rdma_read
+                        .map(|f| f(q, *rkey, *addr))
+                        .map_or_else(missing, Ok),
+                    ExOp::FetchAdd { rkey, addr, add } => (*q)
+                        .wr_atomic_fetch_add
+                        .map(|f| f(q, *rkey, *addr, *add))
+                        .map_or_else(missing, Ok),
+                    ExOp::CmpSwp {
+                        rkey,
+                        addr,
+                        compare,
+                        swap,
+                    } => (*q)
+                        .wr_atomic_cmp_swp
+                        .map(|f| f(q, *rkey, *addr, *compare, *swap))
+                        .map_or_else(missing, Ok),
+                    ExOp::AtomicWrite { rkey, addr, value } => (*q)
+                        .wr_atomic_write
+                        .map(|f| f(q, *rkey, *addr, value.as_ptr() as *const c_void))
+                        .map_or_else(missing, Ok),
+                    ExOp::Flush {
+                        rkey,
+                        addr,
+                        len,
+                        placement,
+                        level,
+                    } => xiwdv::wr_flush(q, *rkey, *addr, *len, *placement, *level).map_err(xerr),
+                    ExOp::Verify {
+                        rkey,
+                        addr,
+                        len,
+                        expected,
+                    } => xiwdv::wr_verify(q, *rkey, *addr, *len, expected.as_deref()).map_err(xerr),
+                    ExOp::MaskedFetchAdd {
+                        rkey,
+                        addr,
+                        add,
+                        boundary,
+                    } => xiwdv::wr_atomic_masked_fetch_add(q, *rkey, *addr, *add, *boundary)
+                        .map_err(xerr),
+                    ExOp::MaskedCmpSwp {
+                        rkey,
+                        addr,
+                        compare,
+                        compare_mask,
+                        swap,
+                        swap_mask,
+                    } => xiwdv::wr_atomic_masked_cmp_swp(
+                        q,
+                        *rkey,
+                        *addr,
+                        *compare,
+                        *compare_mask,
+                        *swap,
+                        *swap_mask,
+                    )
+                    .map_err(xerr),
+                    ExOp::Swap { rkey, addr, swap } => {
+                        xiwdv::wr_atomic_swap(q, *rkey, *addr, *swap).map_err(xerr)
+                    }
+                };
+                let r = r.and_then(|()| {
+                    if !w.op.has_sges() {
+                        return Ok(());
+                    }
+                    match w.sges.as_slice() {
+                        [one] => (*q)
+                            .wr_set_sge
+                            .map(|f| f(q, one.lkey, one.addr, one.length))
+                            .map_or_else(missing, Ok),
+                        list => (*q)
+                            .wr_set_sge_list
+                            .map(|f| f(q, list.len(), list.as_ptr()))
+                            .map_or_else(missing, Ok),
+                    }
+                });
+                if let Err(e) = r {
+                    abort(q);
+                    return Err(e);
+                }
+            }
+            match complete(q) {
+                0 => Ok(()),
+                e => Err(e),
+            }
+        }
+    }
+
+    /// Whether the QP has an `ibv_qp_ex` (made by [`Qp::new_ex`]).
+    pub fn is_ex(&self) -> bool {
+        self.qpx.is_some()
     }
 
     fn raw(&self) -> *mut ibv_qp {
@@ -745,8 +1173,20 @@ impl Qp {
                     send_flags: w.flags,
                     ..Default::default()
                 };
-                r.wr.rdma.remote_addr = w.remote_addr;
-                r.wr.rdma.rkey = w.rkey;
+                r.__bindgen_anon_1.imm_data = w.imm_data;
+                if matches!(
+                    w.opcode,
+                    sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD
+                ) {
+                    r.wr.atomic.remote_addr = w.remote_addr;
+                    r.wr.atomic.compare_add = w.compare_add;
+                    r.wr.atomic.swap = w.swap;
+                    r.wr.atomic.rkey = w.rkey;
+                } else {
+                    // Everything else, IBV_WR_ATOMIC_WRITE among them, names its target in wr.rdma.
+                    r.wr.rdma.remote_addr = w.remote_addr;
+                    r.wr.rdma.rkey = w.rkey;
+                }
                 r
             })
             .collect();
