@@ -803,8 +803,10 @@ fn queue1_request(
     let allowed =
         rx.access | mem::ACCESS_FLUSH_GLOBAL | mem::ACCESS_FLUSH_PERSISTENT | mem::ACCESS_VERIFY;
     let aligned = |stag: u32, to: u64, need: u32| {
-        mrs.with_mem_allowed(stag, pd, to, 8, need, rx.access, |p| (p as usize).is_multiple_of(8))
-            .map_err(|e| protection_failed(e, dhdr, "request refused"))
+        mrs.with_mem_allowed(stag, pd, to, 8, need, rx.access, |p| {
+            (p as usize).is_multiple_of(8)
+        })
+        .map_err(|e| protection_failed(e, dhdr, "request refused"))
     };
     let entry = match op {
         rdmap::Opcode::AtomicRequest => {
