@@ -110,9 +110,12 @@ pub struct SendWqe {
     pub opcode: u8,
     pub flags: u8,
     pub num_sge: u8,
-    /// Operation modifiers: flush placement/selectivity, verify hash, etc.
+    /// Operation modifiers: for FLUSH the Flush Request's disposition flags
+    /// (persistence 0x1, global visibility 0x2); for VERIFY the length of the
+    /// expected hash held in `operand0..=mask1` (0: none).
     pub op_flags: u8,
-    /// Immediate data (network order as given) or the STag to invalidate.
+    /// Immediate data (network order as given), the STag to invalidate, or
+    /// the remote length of a FLUSH or VERIFY.
     pub imm_or_inv: u32,
     pub remote_addr: u64,
     pub rkey: u32,
