@@ -86,6 +86,10 @@ pub struct Rx {
     write_len: u64,
     /// The message before this one was a whole RDMA Write of that many bytes.
     after_write: Option<u64>,
+    /// Responses or freed ORD credits are waiting to go out: transmit once the
+    /// bytes read so far are processed, so a burst of requests is answered
+    /// with a burst of FPDUs in few writes.
+    want_kick: bool,
     /// Bytes came in since the last trim pass.
     active: bool,
 }
@@ -194,6 +198,9 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
         let buf = std::mem::take(&mut rx.buf);
         let r = process_buffered(qp, &mut rx, &buf);
         rx.buf = buf;
+        if std::mem::take(&mut rx.want_kick) {
+            tx::kick(qp);
+        }
         if let Err(mut f) = r {
             // The stream is dead from this byte on: no thread may place anything
             // after it, and the receive it hit completes with its own status now,
@@ -346,7 +353,7 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
             Ok(())
         }
         (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::ReadResponse)) => {
-            read_response(qp, stag, to, hdr.last, payload, dhdr)
+            read_response(qp, rx, stag, to, hdr.last, payload, dhdr)
         }
         (
             ddp::Kind::Untagged {
@@ -417,7 +424,7 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
                     | rdmap::Opcode::AtomicWriteResponse,
                 ) if rx.extensions && hdr.last && mo == 0 => {
                     rx.msn[q] = rx.msn[q].wrapping_add(1);
-                    response(qp, op, payload, dhdr)
+                    response(qp, rx, op, payload, dhdr)
                 }
                 (ddp::QN_TERMINATE, rdmap::Opcode::Terminate) => Err(peer_terminated(qp, payload)),
                 _ => Err(unexpected(dhdr)),
@@ -617,12 +624,13 @@ fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(),
         len: req.size,
     }));
     drop(tx);
-    tx::kick(qp);
+    rx.want_kick = true;
     Ok(())
 }
 
 fn read_response(
     qp: &Qp,
+    rx: &mut Rx,
     stag: u32,
     to: u64,
     last: bool,
@@ -679,7 +687,7 @@ fn read_response(
         tx.orq.pop_front();
         tx.read_done(qp, idx, IBV_WC_SUCCESS);
         drop(tx);
-        tx::kick(qp);
+        rx.want_kick = true;
     }
     Ok(())
 }
@@ -932,14 +940,20 @@ fn queue1_request(
     }
     tx.irq.push_back(entry);
     drop(tx);
-    tx::kick(qp);
+    rx.want_kick = true;
     Ok(())
 }
 
 /// An Atomic, Flush, Verify or Atomic Write Response: answers the oldest
 /// outstanding request, which must be of the same kind (RFC 7306 section 5.4
 /// rule 8: responses come back in request order).
-fn response(qp: &Qp, op: rdmap::Opcode, payload: &[u8], dhdr: &[u8]) -> Result<(), Fail> {
+fn response(
+    qp: &Qp,
+    rx: &mut Rx,
+    op: rdmap::Opcode,
+    payload: &[u8],
+    dhdr: &[u8],
+) -> Result<(), Fail> {
     let front = qp.lock_tx().orq.front().cloned();
     let (idx, len) = match (op, front) {
         (
@@ -994,7 +1008,7 @@ fn response(qp: &Qp, op: rdmap::Opcode, payload: &[u8], dhdr: &[u8]) -> Result<(
         None => tx.read_done(qp, idx, IBV_WC_SUCCESS),
     }
     drop(tx);
-    tx::kick(qp);
+    rx.want_kick = true;
     Ok(())
 }
 
