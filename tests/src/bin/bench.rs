@@ -2,20 +2,33 @@
 //!
 //! One run measures, two processes each:
 //! - xiw through unmodified perftest: ib_write_lat 2 B and 4 KB, ib_read_lat
-//!   2 B (t_typical), ib_write_bw 64 KB and 1 MB, ib_send_bw 1 MB (BW average);
+//!   2 B and 8 B (t_typical), ib_write_bw 64 KB and 1 MB, ib_send_bw 1 MB (BW
+//!   average);
+//! - RFC 7306 atomics through perftest: ib_atomic_lat FETCH_AND_ADD and
+//!   CMP_AND_SWAP (round trip), ib_atomic_bw FETCH_AND_ADD (MsgRate and BW
+//!   average), beside the 8 B read round trip and the TCP round trip;
 //! - the floor, a TCP program of its own (re-executing itself as
 //!   `floor-server` / `floor-client`): ping-pong one-way latency, busy-polling
 //!   and blocking, and stream bandwidth;
 //! - the ratios against the targets (latency <= 1.5x floor, bandwidth >= 0.7x
 //!   stream);
-//! - resident memory per connected QP (`qpmem-server` / `qpmem-client`).
+//! - resident memory per connected QP (`qpmem-server` / `qpmem-client`);
+//! - a durable log append (`durable-server` / `durable-client`) into a
+//!   flush-persistent file mapping: RDMA Write + Flush + Atomic Write (with
+//!   and without a Flush of the tail) against Write + Read back + Write,
+//!   records/s and latency per record, 1 and 16 records in flight.
 //!
 //! It prints Markdown tables and exits 0, or 1 when something could not be
 //! measured. It is a benchmark, not a test: it asserts nothing.
 //!
 //! Needs root, the installed provider (pkg/install.sh) and perftest; it makes
-//! its own device tree (`--root`, default /run/xiw/bench) and removes it after.
+//! its own device tree (`--root`, default /run/xiw/bench) and removes it after,
+//! and a log file in `--log-dir` (default /var/tmp), which it removes too.
 
+#[path = "../bench/atomic.rs"]
+mod atomic;
+#[path = "../bench/durable.rs"]
+mod durable;
 #[path = "../bench/floor.rs"]
 mod floor;
 #[path = "../bench/perftest.rs"]
@@ -35,9 +48,10 @@ use perftest::Column;
 
 const USAGE: &str = "\
 usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--root DIR]
+                 [--log-dir DIR]
 
-  --quick       one round of a fifth of the iterations (~15 s instead of
-                1-2 min; noisier)
+  --quick       one round of a fifth of the iterations and 0.3 s per log
+                append case (~25 s instead of 4-5 min; noisier)
   --spin-us N   XIW_SPIN_US=N for the xiw processes (progress-thread busy-poll
                 budget after activity; default: inherited, else the provider's 0)
   --no-crc      XIW_CRC=0 for the xiw processes (no MPA CRC)
@@ -45,6 +59,8 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
                 median and range (default 3, with --quick 1)
   --qps N       QPs for the memory measurement (default 1000)
   --root DIR    device tree to make and remove (default /run/xiw/bench)
+  --log-dir DIR where the durable log append keeps its 64 MiB file (default
+                /var/tmp; a real file system: tmpfs cannot be flushed to)
 
 Other XIW_* variables in the environment reach the xiw processes unchanged.";
 
@@ -58,6 +74,7 @@ struct Opts {
     repeat: usize,
     qps: usize,
     root: PathBuf,
+    log_dir: PathBuf,
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
@@ -68,6 +85,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         repeat: 0,
         qps: 1000,
         root: PathBuf::from("/run/xiw/bench"),
+        log_dir: PathBuf::from("/var/tmp"),
     };
     let mut it = args.iter();
     let mut repeat = None;
@@ -81,6 +99,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--repeat" => repeat = Some(num(val(a)?)?.max(1) as usize),
             "--qps" => o.qps = num(val(a)?)?.max(2) as usize,
             "--root" => o.root = PathBuf::from(val(a)?),
+            "--log-dir" => o.log_dir = PathBuf::from(val(a)?),
             "-h" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown argument {a}")),
         }
@@ -350,6 +369,64 @@ impl Bench {
         }
         Some((so, co))
     }
+
+    /// One atomic perftest pair; records `key.typ` and `key.p99` (latency),
+    /// or `key.bw` and `key.mops`.
+    fn atomic(&mut self, key: &str, r: atomic::Run) {
+        let out = atomic::run(&self.dev, &self.env, harness::port(), &r);
+        eprintln!("  {}: {:?}", r.describe(), out.values);
+        let names: &[&str] = if r.bw {
+            &["bw", "mops"]
+        } else {
+            &["typ", "p99"]
+        };
+        for (n, v) in names.iter().zip(out.values) {
+            self.record(format!("{key}.{n}"), v);
+        }
+        if let Some(n) = out.note {
+            self.notes.push(n);
+        }
+    }
+
+    /// One durable-log pair, every case for `budget`; records `KEY.rate`,
+    /// `KEY.p50` and `KEY.p99` per case (see durable::Case::key).
+    fn durable(&mut self, budget: Duration) {
+        let p = harness::port();
+        let dir = self.o.log_dir.to_string_lossy().into_owned();
+        let sa = vec!["durable-server".to_string(), p.to_string(), dir];
+        let ca = vec![
+            "durable-client".to_string(),
+            "127.0.0.1".into(),
+            p.to_string(),
+            budget.as_millis().to_string(),
+        ];
+        let n = durable::cases().len() as u32;
+        let timeout = budget * 2 * n + Duration::from_secs(60);
+        let pair = harness::run_pair(self.self_cmd(&sa), None, p, self.self_cmd(&ca), timeout);
+        let results = durable::parse(&pair.client_out());
+        for c in durable::cases() {
+            let key = c.key();
+            let r = results.iter().find(|r| r.key == key);
+            let st = r.and_then(|r| r.stats.as_ref().ok());
+            match st {
+                Some(st) => eprintln!(
+                    "  {key}: {} records, {:.0}/s, median {:.1} us, p99 {:.1} us",
+                    st.records, st.rate, st.p50_us, st.p99_us
+                ),
+                None => eprintln!("  {key}: n/a"),
+            }
+            self.record(format!("{key}.rate"), st.map(|s| s.rate));
+            self.record(format!("{key}.p50"), st.map(|s| s.p50_us));
+            self.record(format!("{key}.p99"), st.map(|s| s.p99_us));
+            if let Some(Err(why)) = r.map(|r| &r.stats) {
+                self.notes.push(format!("durable log append {key}: {why}"));
+            }
+        }
+        if !pair.ok() {
+            self.notes
+                .push(format!("durable log append pair failed:\n{}", pair.dump()));
+        }
+    }
 }
 
 fn machine() -> (String, String, String) {
@@ -410,6 +487,21 @@ fn loadavg() -> String {
         .join(" ")
 }
 
+/// The file system `dir` lives on: source and type, as findmnt says.
+fn mount_of(dir: &std::path::Path) -> String {
+    Command::new("findmnt")
+        .args(["-n", "-o", "SOURCE,FSTYPE", "-T"])
+        .arg(dir)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            let s = String::from_utf8_lossy(&o.stdout);
+            s.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .unwrap_or_else(|| "file system unknown".into())
+}
+
 fn pkg_version(pkg: &str) -> String {
     Command::new("dpkg-query")
         .args(["-W", "-f", "${Version}", pkg])
@@ -452,6 +544,9 @@ fn bench(o: Opts) -> ExitCode {
     } else {
         (10_000, 20_000, 2000)
     };
+    // Atomics are 8 B: as many as the 64 KB writes' count five times over take well under a second.
+    let atomic_bw_n = 5 * bw64_n;
+    let durable_budget = Duration::from_millis(if o.quick { 300 } else { 2000 });
     let exe = std::env::current_exe().expect("current_exe");
 
     let mut env: Vec<(String, String)> = Vec::new();
@@ -513,12 +608,44 @@ fn bench(o: Opts) -> ExitCode {
         b.floor_lat("tcp4k.block", Mode::LatBlock, 4096, lat_n);
         b.perftest("write_lat4k", "ib_write_lat", 4096, lat_n);
         b.perftest("read_lat2", "ib_read_lat", 2, lat_n);
+        eprintln!("round {round}/{}: atomics ...", b.o.repeat);
+        b.perftest("read_lat8", "ib_read_lat", atomic::SIZE, lat_n);
+        for (key, op) in [
+            ("atomic_faa", atomic::Op::FetchAdd),
+            ("atomic_cas", atomic::Op::CmpSwap),
+        ] {
+            let iters = lat_n;
+            b.atomic(
+                key,
+                atomic::Run {
+                    bw: false,
+                    op,
+                    iters,
+                },
+            );
+        }
+        let (op, iters) = (atomic::Op::FetchAdd, atomic_bw_n);
+        b.atomic(
+            "atomic_faa_bw",
+            atomic::Run {
+                bw: true,
+                op,
+                iters,
+            },
+        );
         eprintln!("round {round}/{}: bandwidth ...", b.o.repeat);
         b.floor_bw("tcp64k", 65536, bw64_n);
         b.perftest("write_bw64k", "ib_write_bw", 65536, bw64_n);
         b.floor_bw("tcp1m", 1 << 20, bw1m_n);
         b.perftest("write_bw1m", "ib_write_bw", 1 << 20, bw1m_n);
         b.perftest("send_bw1m", "ib_send_bw", 1 << 20, bw1m_n);
+        eprintln!(
+            "round {round}/{}: durable log append, {} cases of {:.1} s ...",
+            b.o.repeat,
+            durable::cases().len(),
+            durable_budget.as_secs_f64() * 1.1
+        );
+        b.durable(durable_budget);
     }
     let qps = b.o.qps;
     eprintln!("memory: 1 and {qps} QPs ...");
@@ -569,6 +696,11 @@ fn bench(o: Opts) -> ExitCode {
         "- iterations: latency {lat_n}, bandwidth 64 KB x {bw64_n} and 1 MB x {bw1m_n}; {} round(s){}",
         o.repeat,
         if o.repeat > 1 { ", median (min-max) of the rounds" } else { "" }
+    );
+    println!(
+        "- atomics: latency {lat_n}, ib_atomic_bw {atomic_bw_n}; durable log append: {:.1} s per case (after {:.2} s of warm-up)",
+        durable_budget.as_secs_f64(),
+        durable_budget.as_secs_f64() / 10.0
     );
     println!("- elapsed: {:.0} s\n", started.elapsed().as_secs_f64());
 
@@ -708,6 +840,81 @@ fn bench(o: Opts) -> ExitCode {
         println!("Memory per QP: n/a (see the notes)\n");
     }
 
+    let mut t = Table::new(&[
+        "Atomics, 8 B, round trip [us] (e)",
+        "median",
+        "p99",
+        "median / read 8 B",
+    ]);
+    let rl8 = v("read_lat8.typ");
+    let dash = || "-".to_string();
+    for (name, key) in [
+        ("fetch-and-add (ib_atomic_lat)", "atomic_faa"),
+        (
+            "compare-and-swap (ib_atomic_lat -A CMP_AND_SWAP)",
+            "atomic_cas",
+        ),
+    ] {
+        let typ = v(&format!("{key}.typ"));
+        t.row(vec![
+            name.into(),
+            typ.show(2),
+            v(&format!("{key}.p99")).show(1),
+            ratio(&typ, &rl8).map_or("n/a".into(), |r| format!("{r:.2}x")),
+        ]);
+    }
+    t.row(vec![
+        "floor: xiw read 8 B (ib_read_lat)".into(),
+        rl8.show(2),
+        v("read_lat8.p99").show(1),
+        dash(),
+    ]);
+    for (name, key) in [
+        ("busy-poll", "tcp2.spin.rtt"),
+        ("blocking", "tcp2.block.rtt"),
+    ] {
+        t.row(vec![
+            format!("floor: TCP ping-pong 2 B, {name} (a)"),
+            v(key).show(2),
+            dash(),
+            dash(),
+        ]);
+    }
+    t.print();
+
+    let mut t = Table::new(&["Atomics, many in flight (e)", "Mops/s", "MB/s"]);
+    t.row(vec![
+        "fetch-and-add 8 B (ib_atomic_bw)".into(),
+        v("atomic_faa_bw.mops").show(3),
+        v("atomic_faa_bw.bw").show(2),
+    ]);
+    t.print();
+
+    for size in durable::SIZES {
+        let title = format!("Durable log append, {size} B records (f)");
+        let mut t = Table::new(&[&title, "records/s", "median [us]", "p99 [us]"]);
+        for c in durable::cases().iter().filter(|c| c.size == size) {
+            let k = c.key();
+            t.row(vec![
+                format!("{} in flight, {}", c.depth, c.way.label()),
+                v(&format!("{k}.rate")).show(0),
+                v(&format!("{k}.p50")).show(1),
+                v(&format!("{k}.p99")).show(1),
+            ]);
+        }
+        t.print();
+    }
+    println!("What the completion of a record guarantees:");
+    println!(
+        "- new: the record is durable on the medium before the tail word changes, so before\n  \
+         the completion; the tail itself is placed (visible in the file) but not yet durable."
+    );
+    println!("- new + flush of the tail: the record and then the tail are durable on the medium.");
+    println!(
+        "- old: the record is placed in the responder's memory (the file's page cache), not\n  \
+         durable; the tail write's completion only says it left the requester.\n"
+    );
+
     let warm = lat_n / 10;
     let (mr_kib, cqe) = (qpmem::BUF_BYTES / 1024, qpmem::CQ_DEPTH);
     let (swr, rwr, q1) = (qpmem::SEND_WR, qpmem::RECV_WR, qps - 1);
@@ -731,6 +938,29 @@ fn bench(o: Opts) -> ExitCode {
     xiw QPs hold sockets. Kernel socket memory (buffers, struct sock) is not in VmRSS and
     not counted. Listen overflows: the TcpExt ListenOverflows counter of /proc/net/netstat
     across the {qps}-QP run; each is a dropped connection request that TCP retries after 1 s.
+"
+    );
+    let (mib, depth) = (durable::FILE_BYTES >> 20, durable::DEPTH);
+    let budget = durable_budget.as_secs_f64();
+    let log_dir = o.log_dir.display();
+    let fs = mount_of(&o.log_dir);
+    print!(
+        "\
+(e) perftest fixes an atomic at 8 B and, as for reads, reports the full round trip: the fair
+    floors are the 8 B RDMA read round trip and the TCP ping-pong's median round trip (a).
+    ib_atomic_bw: {atomic_bw_n} FetchAdds, 128 in flight; MsgRate [Mpps] is Mops/s, MB/s counts
+    the 8 B operands (2^20 bytes).
+(f) an own libibverbs program (xiw-bench durable-server/-client). The server maps a {mib} MiB
+    file in {log_dir} ({fs}) MAP_SHARED, made with set_len (sparse: the first write to
+    a page allocates its blocks, as in a growing log), and registers it with xiwdv_reg_mr,
+    IBV_ACCESS_FLUSH_PERSISTENT | REMOTE_WRITE | REMOTE_READ | LOCAL_WRITE; xiw makes a
+    persistent Flush durable with msync(MS_SYNC) of the pages under the range. The tail
+    word has the first page; records follow and wrap around. One RC QP; every record is one
+    ibv_wr_start..ibv_wr_complete batch with only its last work request signalled, and the
+    client busy-polls its CQ. Latency: post to that completion; records/s over {budget:.1} s
+    per case, after a tenth of that as warm-up; 1 or {depth} records in flight. After each
+    case the client reads the tail back and the server checks that it counts every record
+    and that 8 sampled records hold what was written; a case that fails shows n/a.
 "
     );
 
@@ -790,6 +1020,18 @@ fn main() -> ExitCode {
         Some("qpmem-server") if args.len() == 3 => {
             let n = args[2].parse().unwrap_or(1);
             sub(qpmem::run("xiw0", port_of(&args[1]), None, n))
+        }
+        Some("durable-server") if args.len() == 3 => sub(durable::server(
+            port_of(&args[1]),
+            std::path::Path::new(&args[2]),
+        )),
+        Some("durable-client") if args.len() == 4 => {
+            let ms = args[3].parse().unwrap_or(2000);
+            sub(durable::client(
+                &args[1],
+                port_of(&args[2]),
+                Duration::from_millis(ms),
+            ))
         }
         Some("qpmem-client") if args.len() == 4 => {
             let n = args[3].parse().unwrap_or(1);
