@@ -47,14 +47,20 @@ impl Fail {
         }
     }
 
+    /// A fault of this side's own work (a bad lkey, say): the peer is told with
+    /// a Terminate sent instead of the message, carrying no headers (RFC 5040
+    /// section 7.1, RFC 7306 section 8.1, draft-talpey-rdma-commit section 5.1).
     pub fn local(status: u32, why: &str) -> Fail {
         Fail {
-            why: why.into(),
-            term: None,
             sq_status: Some(status),
-            rq_status: None,
-            event: IBV_EVENT_QP_FATAL,
-            linger: false,
+            ..terminate(
+                term::LAYER_RDMAP,
+                term::RDMAP_ETYPE_LOCAL_CATASTROPHIC,
+                0,
+                None,
+                None,
+                why,
+            )
         }
     }
 }

@@ -293,8 +293,13 @@ impl NetnsPair {
             let st = Command::new("sh").arg("-c").arg(args).status().expect("sh");
             assert!(st.success(), "failed: {args}");
         };
-        let _ = Command::new("ip").args(["netns", "del", &na]).status();
-        let _ = Command::new("ip").args(["netns", "del", &nb]).status();
+        // Leftovers of an interrupted run, if any (quietly: usually there are none).
+        for ns in [&na, &nb] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stderr(Stdio::null())
+                .status();
+        }
         sh(&format!("ip netns add {na} && ip netns add {nb}"));
         sh(&format!(
             "ip link add {tag}va netns {na} type veth peer name {tag}vb netns {nb}"

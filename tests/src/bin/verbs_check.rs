@@ -1708,8 +1708,8 @@ mod errors {
                 srv_mr_access: ALL_ACCESS,
                 srv_qp_access: ALL_ACCESS,
                 srv_recvs: two.clone(),
-                // The requester's QP fails locally and closes the stream; the
-                // responder's QP goes to error with the connection.
+                // The requester's QP fails locally and tells the responder with a
+                // Terminate; the responder's QP goes to error.
                 srv_expect: vec![flush, flush],
                 ops: vec![CliOp::Send(256, true, false), CliOp::Send(16, false, false)],
                 cli_expect: vec![IBV_WC_LOC_PROT_ERR, flush],
@@ -1745,9 +1745,8 @@ mod errors {
                 cli_expect: vec![ok, IBV_WC_REM_OP_ERR, flush],
             },
             Case {
-                // Opt-in: deadlocks the provider's progress thread (see the report of
-                // the tests/tests/errors.rs test that names it). The fenced Send is only
-                // framed when the Read's response arrives, i.e. from the receive path.
+                // Opt-in (tests/tests/errors.rs runs it on its own): the fenced Send is
+                // only framed when the Read's response arrives, i.e. from the receive path.
                 opt_in: true,
                 name: "fenced-bad-lkey-after-read",
                 what: "fenced Send with a bad lkey, framed once a Read's response arrives",
