@@ -59,9 +59,17 @@ fn tail(s: &str, lines: usize) -> String {
 
 /// Runs the pair on `dev` with the xiw knobs `env`, the server on `port`.
 pub fn run(dev: &Device, env: &[(String, String)], port: u16, r: &Run) -> Outcome {
+    // libibverbs' log, where xiw says why a QP failed: shown when a pair fails.
+    let log = |side: &str| std::env::temp_dir().join(format!("xiw-bench-{port}-{side}.log"));
+    let logs = [log("server"), log("client")];
+    for l in &logs {
+        let _ = std::fs::write(l, b"");
+    }
     let mk = |client: bool| {
         let mut c: Command = dev.cmd(r.tool);
         c.envs(env.iter().map(|(k, v)| (k, v)));
+        c.env("VERBS_LOG_LEVEL", "4")
+            .env("VERBS_LOG_FILE", &logs[client as usize]);
         c.args(["-d", "xiw0", "-p", &port.to_string(), "-F"]);
         c.args(["-s", &r.size.to_string(), "-n", &r.iters.to_string()]);
         if client {
@@ -100,8 +108,18 @@ pub fn run(dev: &Device, env: &[(String, String)], port: u16, r: &Run) -> Outcom
                 tail(&String::from_utf8_lossy(&pair.client.stderr), 3).replace('\n', "\n      "),
             ));
         }
+        for (side, l) in ["server", "client"].iter().zip(&logs) {
+            let text = std::fs::read_to_string(l).unwrap_or_default();
+            let errors: Vec<&str> = text.lines().filter(|l| l.contains("error")).collect();
+            if !errors.is_empty() {
+                n.push_str(&format!("\n    {side} log: {}", errors.join("\n      ")));
+            }
+        }
         Some(n)
     };
+    for l in &logs {
+        let _ = std::fs::remove_file(l);
+    }
     Outcome { values, note }
 }
 
