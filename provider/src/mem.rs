@@ -189,12 +189,11 @@ impl MrTable {
         allowed: u32,
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R, AccessError> {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        let host = lookup(&s, stag)?.check(pd, to, len as u64, need, allowed)?;
-        Ok(f(host as *mut u8))
+        self.with_mr_allowed(stag, pd, to, len, need, allowed, |host, _| {
+            f(host as *mut u8)
+        })
     }
 
-    /// Copies `data` into `[to, to+len)` of `stag`, after every check.
     /// As [`MrTable::with_mem_allowed`], also handing `f` the MR itself.
     #[allow(clippy::too_many_arguments)]
     pub fn with_mr_allowed<R>(
@@ -236,6 +235,7 @@ impl MrTable {
         })
     }
 
+    /// Copies `data` into `[to, to+len)` of `stag`, after every check.
     pub fn write(
         &self,
         stag: u32,

@@ -610,28 +610,14 @@ fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(),
     if let Err(e) = checked {
         return Err(access_fail_r(e, dhdr, rhdr, "RDMA Read refused"));
     }
-    let mut tx = qp.lock_tx();
-    if tx.irq.len() as u32 >= tx.ird_max {
-        drop(tx);
-        return Err(terminate(
-            term::LAYER_DDP,
-            term::DDP_ETYPE_UNTAGGED_BUFFER,
-            term::DDP_ECODE_U_INVALID_MSN_NO_BUFFER,
-            Some(dhdr),
-            None,
-            "more outstanding RDMA Reads than IRD",
-        ));
-    }
-    tx.irq.push_back(Inbound::Read(ReadResp {
+    let entry = Inbound::Read(ReadResp {
         sink_stag: req.sink_stag,
         sink_to: req.sink_to,
         src_stag: req.src_stag,
         src_to: req.src_to,
         len: req.size,
-    }));
-    drop(tx);
-    rx.want_kick = true;
-    Ok(())
+    });
+    queue_inbound(qp, rx, entry, dhdr)
 }
 
 fn read_response(
@@ -932,6 +918,12 @@ fn queue1_request(
             }
         }
     };
+    queue_inbound(qp, rx, entry, dhdr)
+}
+
+/// Queues a queue 1 request behind the earlier ones, within IRD (RFC 6581:
+/// a peer that exceeds the IRD it was given has no untagged buffer for it).
+fn queue_inbound(qp: &Qp, rx: &mut Rx, entry: Inbound, dhdr: &[u8]) -> Result<(), Fail> {
     let mut tx = qp.lock_tx();
     if tx.irq.len() as u32 >= tx.ird_max {
         drop(tx);

@@ -1131,6 +1131,68 @@ impl Qp {
         }
     }
 
+    /// RESET → INIT with the given remote access flags.
+    pub fn to_init(&self, access: u32) -> Result<(), String> {
+        let a = ibv_qp_attr {
+            qp_state: sys::IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: 1,
+            qp_access_flags: access,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_STATE
+            | sys::IBV_QP_PKEY_INDEX
+            | sys::IBV_QP_PORT
+            | sys::IBV_QP_ACCESS_FLAGS;
+        self.modify(&a, mask)
+            .map_err(|e| format!("modify_qp to INIT: {}", errno_str(e)))
+    }
+
+    /// INIT → RTR (which starts the connection to the peer's GID and QPN, as
+    /// standalone mode does) → RTS, with `rd_atomic` as both IRD and ORD.
+    pub fn to_rts(&self, peer_gid: [u8; 16], peer_qpn: u32, rd_atomic: u8) -> Result<(), String> {
+        let mut a = ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTR,
+            path_mtu: sys::IBV_MTU_1024,
+            dest_qp_num: peer_qpn,
+            rq_psn: 0,
+            max_dest_rd_atomic: rd_atomic,
+            min_rnr_timer: 12,
+            ..Default::default()
+        };
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = 1;
+        a.ah_attr.grh.dgid.raw = peer_gid;
+        a.ah_attr.grh.sgid_index = 0;
+        a.ah_attr.grh.hop_limit = 64;
+        let mask = sys::IBV_QP_STATE
+            | sys::IBV_QP_AV
+            | sys::IBV_QP_PATH_MTU
+            | sys::IBV_QP_DEST_QPN
+            | sys::IBV_QP_RQ_PSN
+            | sys::IBV_QP_MAX_DEST_RD_ATOMIC
+            | sys::IBV_QP_MIN_RNR_TIMER;
+        self.modify(&a, mask)
+            .map_err(|e| format!("modify_qp to RTR: {}", errno_str(e)))?;
+        let a = ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTS,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            sq_psn: 0,
+            max_rd_atomic: rd_atomic,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_STATE
+            | sys::IBV_QP_TIMEOUT
+            | sys::IBV_QP_RETRY_CNT
+            | sys::IBV_QP_RNR_RETRY
+            | sys::IBV_QP_SQ_PSN
+            | sys::IBV_QP_MAX_QP_RD_ATOMIC;
+        self.modify(&a, mask)
+            .map_err(|e| format!("modify_qp to RTS: {}", errno_str(e)))
+    }
+
     pub fn query(&self) -> Result<(ibv_qp_attr, ibv_qp_init_attr), i32> {
         let mut a = ibv_qp_attr::default();
         let mut i = ibv_qp_init_attr::default();

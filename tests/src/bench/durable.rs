@@ -245,10 +245,6 @@ fn unhex16(s: &str) -> io::Result<[u8; 16]> {
     Ok(g)
 }
 
-fn verbs_err(what: &str, e: i32) -> io::Error {
-    io::Error::other(format!("{what}: {}", ibv::errno_str(e)))
-}
-
 /// The device, a PD, a CQ and an RC QP in INIT that can build every
 /// operation used here.
 struct Endpoint {
@@ -285,64 +281,17 @@ fn endpoint(send_wr: u32) -> io::Result<Endpoint> {
         | sys::IBV_QP_EX_WITH_ATOMIC_WRITE) as u64
         | xiwdv::XIWDV_QP_EX_WITH_FLUSH;
     let qp = Qp::new_ex(&ctx, &pd, &cq, &cq, cap, false, ops)?;
-    let a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_INIT,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: sys::IBV_ACCESS_REMOTE_WRITE
-            | sys::IBV_ACCESS_REMOTE_READ
-            | sys::IBV_ACCESS_REMOTE_ATOMIC,
-        ..Default::default()
-    };
-    let mask =
-        sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
-    qp.modify(&a, mask)
-        .map_err(|e| verbs_err("modify_qp to INIT", e))?;
+    qp.to_init(
+        sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_ATOMIC,
+    )
+    .map_err(io::Error::other)?;
     Ok(Endpoint { ctx, pd, cq, qp })
 }
 
 /// INIT -> RTR (which starts the connection) -> RTS.
 fn connect(qp: &Qp, peer_gid: [u8; 16], peer_qpn: u32) -> io::Result<()> {
-    let mut a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_RTR,
-        path_mtu: sys::IBV_MTU_4096,
-        dest_qp_num: peer_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: RD_ATOMIC,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid.raw = peer_gid;
-    a.ah_attr.grh.sgid_index = 0;
-    a.ah_attr.grh.hop_limit = 64;
-    let mask = sys::IBV_QP_STATE
-        | sys::IBV_QP_AV
-        | sys::IBV_QP_PATH_MTU
-        | sys::IBV_QP_DEST_QPN
-        | sys::IBV_QP_RQ_PSN
-        | sys::IBV_QP_MAX_DEST_RD_ATOMIC
-        | sys::IBV_QP_MIN_RNR_TIMER;
-    qp.modify(&a, mask)
-        .map_err(|e| verbs_err("modify_qp to RTR", e))?;
-    let a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_RTS,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: RD_ATOMIC,
-        ..Default::default()
-    };
-    let mask = sys::IBV_QP_STATE
-        | sys::IBV_QP_TIMEOUT
-        | sys::IBV_QP_RETRY_CNT
-        | sys::IBV_QP_RNR_RETRY
-        | sys::IBV_QP_SQ_PSN
-        | sys::IBV_QP_MAX_QP_RD_ATOMIC;
-    qp.modify(&a, mask)
-        .map_err(|e| verbs_err("modify_qp to RTS", e))
+    qp.to_rts(peer_gid, peer_qpn, RD_ATOMIC)
+        .map_err(io::Error::other)
 }
 
 // ---- server ---------------------------------------------------------------------

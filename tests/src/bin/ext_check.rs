@@ -451,65 +451,6 @@ fn ex_qp(dev: &Dev, scq: &Cq, rcq: &Cq, send: u32, recv: u32, ops: u64) -> Res<Q
     })
 }
 
-/// RESET → INIT, with every remote access right (the MRs decide).
-fn to_init(qp: &Qp) -> Res {
-    let a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_INIT,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: REMOTE_ALL,
-        ..Default::default()
-    };
-    let mask =
-        sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
-    qp.modify(&a, mask)
-        .map_err(|e| format!("modify_qp to INIT: {}", ibv::errno_str(e)))
-}
-
-/// INIT → RTR (which starts the connection) → RTS.
-fn to_rts(qp: &Qp, peer_gid: [u8; 16], peer_qpn: u32) -> Res {
-    let mut a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_RTR,
-        path_mtu: sys::IBV_MTU_1024,
-        dest_qp_num: peer_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: RD_ATOMIC,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid.raw = peer_gid;
-    a.ah_attr.grh.sgid_index = 0;
-    a.ah_attr.grh.hop_limit = 64;
-    let mask = sys::IBV_QP_STATE
-        | sys::IBV_QP_AV
-        | sys::IBV_QP_PATH_MTU
-        | sys::IBV_QP_DEST_QPN
-        | sys::IBV_QP_RQ_PSN
-        | sys::IBV_QP_MAX_DEST_RD_ATOMIC
-        | sys::IBV_QP_MIN_RNR_TIMER;
-    qp.modify(&a, mask)
-        .map_err(|e| format!("modify_qp to RTR: {}", ibv::errno_str(e)))?;
-    let a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_RTS,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: RD_ATOMIC,
-        ..Default::default()
-    };
-    let mask = sys::IBV_QP_STATE
-        | sys::IBV_QP_TIMEOUT
-        | sys::IBV_QP_RETRY_CNT
-        | sys::IBV_QP_RNR_RETRY
-        | sys::IBV_QP_SQ_PSN
-        | sys::IBV_QP_MAX_QP_RD_ATOMIC;
-    qp.modify(&a, mask)
-        .map_err(|e| format!("modify_qp to RTS: {}", ibv::errno_str(e)))
-}
-
 /// Exchanges QPNs with the peer (same number of QPs, same order on both
 /// sides), connects them, and waits until the peer has done so too.
 fn connect(oob: &mut Oob, peer_gid: [u8; 16], qps: &[&Qp]) -> Res {
@@ -529,7 +470,10 @@ fn connect(oob: &mut Oob, peer_gid: [u8; 16], qps: &[&Qp]) -> Res {
         ));
     }
     for (q, peer) in qps.iter().zip(&theirs) {
-        if let Err(e) = to_init(q).and_then(|()| to_rts(q, peer_gid, *peer)) {
+        if let Err(e) = q
+            .to_init(REMOTE_ALL)
+            .and_then(|()| q.to_rts(peer_gid, *peer, RD_ATOMIC))
+        {
             return oob.fail(e);
         }
     }

@@ -380,65 +380,6 @@ fn open_dev(a: &Args) -> Res<Dev> {
 
 const RD_ATOMIC: u8 = 16;
 
-/// RESET → INIT with the given remote access flags.
-fn to_init(qp: &Qp, access: u32) -> Res {
-    let a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_INIT,
-        pkey_index: 0,
-        port_num: 1,
-        qp_access_flags: access,
-        ..Default::default()
-    };
-    let mask =
-        sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_ACCESS_FLAGS;
-    qp.modify(&a, mask)
-        .map_err(|e| format!("modify_qp to INIT: {}", ibv::errno_str(e)))
-}
-
-/// INIT → RTR (which starts the connection) → RTS.
-fn to_rts(qp: &Qp, peer_gid: [u8; 16], peer_qpn: u32) -> Res {
-    let mut a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_RTR,
-        path_mtu: sys::IBV_MTU_1024,
-        dest_qp_num: peer_qpn,
-        rq_psn: 0,
-        max_dest_rd_atomic: RD_ATOMIC,
-        min_rnr_timer: 12,
-        ..Default::default()
-    };
-    a.ah_attr.is_global = 1;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.grh.dgid.raw = peer_gid;
-    a.ah_attr.grh.sgid_index = 0;
-    a.ah_attr.grh.hop_limit = 64;
-    let mask = sys::IBV_QP_STATE
-        | sys::IBV_QP_AV
-        | sys::IBV_QP_PATH_MTU
-        | sys::IBV_QP_DEST_QPN
-        | sys::IBV_QP_RQ_PSN
-        | sys::IBV_QP_MAX_DEST_RD_ATOMIC
-        | sys::IBV_QP_MIN_RNR_TIMER;
-    qp.modify(&a, mask)
-        .map_err(|e| format!("modify_qp to RTR: {}", ibv::errno_str(e)))?;
-    let a = ibv::ibv_qp_attr {
-        qp_state: sys::IBV_QPS_RTS,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        sq_psn: 0,
-        max_rd_atomic: RD_ATOMIC,
-        ..Default::default()
-    };
-    let mask = sys::IBV_QP_STATE
-        | sys::IBV_QP_TIMEOUT
-        | sys::IBV_QP_RETRY_CNT
-        | sys::IBV_QP_RNR_RETRY
-        | sys::IBV_QP_SQ_PSN
-        | sys::IBV_QP_MAX_QP_RD_ATOMIC;
-    qp.modify(&a, mask)
-        .map_err(|e| format!("modify_qp to RTS: {}", ibv::errno_str(e)))
-}
-
 /// Polls `cqs` until `n` completions arrived or `deadline` passed.
 fn wait_wcs(cqs: &[&Cq], n: usize, deadline: Instant, what: &str) -> Res<Vec<Wc>> {
     let mut got: Vec<Wc> = Vec::new();
@@ -929,8 +870,8 @@ mod integrity {
             l.peer_tgt = parse_pair(rest)?;
         }
         for (l, &pq) in links.iter().zip(&peer_qpns) {
-            to_init(&l.qp, ALL_ACCESS)?;
-            to_rts(&l.qp, peer_gid, pq)?;
+            l.qp.to_init(ALL_ACCESS)?;
+            l.qp.to_rts(peer_gid, pq, RD_ATOMIC)?;
         }
 
         // The streams of both directions, generated identically on both sides.
@@ -1427,8 +1368,8 @@ mod errors {
             ("tgt", tgt.addr().to_string()),
             ("tgtk", tgt.rkey().to_string()),
         ])?;
-        to_init(&link.qp, ALL_ACCESS)?;
-        to_rts(&link.qp, peer_gid, get(&m, "qpn")?)?;
+        link.qp.to_init(ALL_ACCESS)?;
+        link.qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
         Ok(Healthy {
             link,
             _src: src,
@@ -1777,8 +1718,9 @@ mod errors {
             ("rkey", exposed.rkey().to_string()),
         ])?;
         let (peer_addr, peer_rkey): (u64, u32) = (get(&m, "addr")?, get(&m, "rkey")?);
-        to_init(&link.qp, if client { ALL_ACCESS } else { c.srv_qp_access })?;
-        to_rts(&link.qp, peer_gid, get(&m, "qpn")?)?;
+        link.qp
+            .to_init(if client { ALL_ACCESS } else { c.srv_qp_access })?;
+        link.qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
 
         let mut recv_ranges = Vec::new();
         let r = if client {
@@ -2057,7 +1999,7 @@ mod errors {
             qp.post_send(&[send(1, 1)]).map_err(|(_, e)| e),
             libc::EINVAL,
         );
-        to_init(&qp, ALL_ACCESS)?;
+        qp.to_init(ALL_ACCESS)?;
 
         // More SGEs than the QP was created with.
         let n = got.max_send_sge as usize + 1;
@@ -2192,8 +2134,8 @@ mod errors {
             ("rkey", exposed.rkey().to_string()),
         ])?;
         let (peer_addr, peer_rkey): (u64, u32) = (get(&m, "addr")?, get(&m, "rkey")?);
-        to_init(&link.qp, ALL_ACCESS)?;
-        to_rts(&link.qp, peer_gid, get(&m, "qpn")?)?;
+        link.qp.to_init(ALL_ACCESS)?;
+        link.qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
         oob.sync("death-ready", &Ok(()))?;
         if !client {
             // Let the client's stream of Writes get going, then vanish without any cleanup.
