@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{mpsc, Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use xiw_abi::verbs::*;
@@ -116,6 +116,70 @@ pub struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
     next_pending: AtomicU64,
     closing: Mutex<HashMap<u64, (OwnedFd, Instant)>>,
+    /// The media worker, started with the first Flush to persistence or Verify.
+    media: Mutex<Option<MediaWorker>>,
+}
+
+struct MediaWorker {
+    jobs: mpsc::Sender<MediaJob>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+struct MediaJob {
+    qpn: u32,
+    ticket: u64,
+    req: crate::tx::Inbound,
+}
+
+/// Hands a Flush to persistence or a Verify of `qpn` to the context's media
+/// worker, which answers through [`crate::tx::Tx::media_done`].
+pub fn submit_media(sh: &Arc<Shared>, qpn: u32, ticket: u64, req: crate::tx::Inbound) {
+    let mut m = sh.media.lock().unwrap_or_else(|e| e.into_inner());
+    if m.is_none() {
+        let (jobs, rx) = mpsc::channel::<MediaJob>();
+        let weak = Arc::downgrade(sh);
+        let spawned = std::thread::Builder::new()
+            .name("xiw-media".into())
+            .spawn(move || media_worker(weak, rx));
+        match spawned {
+            Ok(thread) => *m = Some(MediaWorker { jobs, thread }),
+            Err(e) => {
+                drop(m);
+                if let Some(qp) = sh.qp(qpn) {
+                    qp.fail(
+                        &format!("no media worker: {e}"),
+                        None,
+                        None,
+                        IBV_EVENT_QP_FATAL,
+                    );
+                }
+                return;
+            }
+        }
+    }
+    let job = MediaJob { qpn, ticket, req };
+    if let Some(w) = m.as_ref() {
+        let _ = w.jobs.send(job);
+    }
+}
+
+fn media_worker(sh: Weak<Shared>, jobs: mpsc::Receiver<MediaJob>) {
+    while let Ok(job) = jobs.recv() {
+        let Some(sh) = sh.upgrade() else { return };
+        let Some(qp) = sh.qp(job.qpn) else { continue };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::tx::execute(&qp, &job.req)
+        }))
+        .unwrap_or_else(|_| {
+            Err(crate::rx::Fail::stream(
+                "internal error in the media worker".into(),
+            ))
+        });
+        let taken = qp.lock_tx().media_done(job.ticket, r);
+        if taken {
+            crate::tx::kick(&qp);
+        }
+    }
 }
 
 impl Shared {
@@ -164,6 +228,7 @@ impl Shared {
             pending: Mutex::new(HashMap::new()),
             next_pending: AtomicU64::new(1),
             closing: Mutex::new(HashMap::new()),
+            media: Mutex::new(None),
         };
         sh.epoll(
             libc::EPOLL_CTL_ADD,
@@ -558,6 +623,15 @@ impl Shared {
     pub fn qp_event(&self, qp: &Qp, event: u32) {
         if event != NO_EVENT {
             self.post_event(qp.handle.load(Ordering::Acquire), event);
+        }
+    }
+
+    /// Stops the media worker (at context close), after its current job.
+    pub fn stop_media(&self) {
+        let w = self.media.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = w {
+            drop(w.jobs);
+            let _ = w.thread.join();
         }
     }
 

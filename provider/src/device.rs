@@ -205,6 +205,7 @@ pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
         sh.shutdown.store(true, Ordering::Release);
         sh.wake();
         let _ = thread.join();
+        sh.stop_media();
         sh.vctx.store(0, Ordering::Release);
         drop(sh);
         // SAFETY: undo _verbs_init_and_alloc_context; libibverbs calloc'd the block.

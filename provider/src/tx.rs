@@ -108,8 +108,33 @@ pub enum Outstanding {
 }
 
 enum Job {
-    Sq { idx: u32, wqe: SendWqe, body: Body },
+    Sq {
+        idx: u32,
+        wqe: SendWqe,
+        body: Body,
+    },
     Inbound(Inbound),
+    /// The response to a request carried out by the media worker.
+    Respond(rdmap::Opcode, Vec<u8>),
+}
+
+/// A Flush to persistence or a Verify waits on the disk: the context's media
+/// worker carries it out, so neither the progress thread nor an application
+/// thread polling its CQ blocks on I/O. Later queue 1 requests wait their turn;
+/// this side's own work goes on.
+enum Media {
+    Idle,
+    Busy(u64),
+    Done(Result<(rdmap::Opcode, Vec<u8>), Fail>),
+}
+
+/// Whether carrying out `req` touches the medium.
+fn needs_media(req: &Inbound) -> bool {
+    match req {
+        Inbound::Flush { flags, len, .. } => *len > 0 && flags & commit::FLUSH_PERSISTENCE != 0,
+        Inbound::Verify { .. } => true,
+        _ => false,
+    }
 }
 
 enum Body {
@@ -149,6 +174,8 @@ pub struct Tx {
     pub irq: VecDeque<Inbound>,
     /// Request Identifier of the next Atomic Request (RFC 7306 section 5.2.1).
     next_request_id: u32,
+    media: Media,
+    next_ticket: u64,
     pub ird_max: u32,
     /// A Terminate body to send ahead of everything else.
     pub term: Option<Vec<u8>>,
@@ -181,6 +208,8 @@ impl Tx {
             orq: VecDeque::new(),
             irq: VecDeque::new(),
             next_request_id: 1,
+            media: Media::Idle,
+            next_ticket: 1,
             ird_max: 1,
             term: None,
             rtr: false,
@@ -299,6 +328,15 @@ impl Tx {
         }
     }
 
+    /// The media worker finished `ticket`; false if the QP gave up on it meanwhile.
+    pub fn media_done(&mut self, ticket: u64, r: Result<(rdmap::Opcode, Vec<u8>), Fail>) -> bool {
+        if !matches!(self.media, Media::Busy(t) if t == ticket) {
+            return false;
+        }
+        self.media = Media::Done(r);
+        true
+    }
+
     /// Marks the oldest outstanding queue 1 request as answered.
     pub fn read_done(&mut self, qp: &Qp, idx: u32, status: u32) {
         *self.slot(idx) = Some(Slot::Done(status));
@@ -320,6 +358,7 @@ impl Tx {
         self.done_at.clear();
         self.orq.clear();
         self.irq.clear();
+        self.media = Media::Idle;
         self.term = None;
         self.complete_ready(qp);
         let mut c = qp.sq.consumer();
@@ -389,11 +428,29 @@ impl Tx {
     }
 
     fn next_job(&mut self, qp: &Qp) -> Result<Option<Cur>, Fail> {
-        if let Some(r) = self.irq.pop_front() {
-            return Ok(Some(Cur {
-                job: Job::Inbound(r),
-                sent: 0,
-            }));
+        match std::mem::replace(&mut self.media, Media::Idle) {
+            Media::Done(Ok((op, body))) => {
+                return Ok(Some(Cur {
+                    job: Job::Respond(op, body),
+                    sent: 0,
+                }))
+            }
+            Media::Done(Err(f)) => return Err(f),
+            Media::Busy(t) => self.media = Media::Busy(t),
+            Media::Idle => {
+                if let Some(r) = self.irq.pop_front() {
+                    if !needs_media(&r) {
+                        return Ok(Some(Cur {
+                            job: Job::Inbound(r),
+                            sent: 0,
+                        }));
+                    }
+                    let ticket = self.next_ticket;
+                    self.next_ticket += 1;
+                    self.media = Media::Busy(ticket);
+                    crate::context::submit_media(&qp.sh, qp.qpn, ticket, r);
+                }
+            }
         }
         // iWARP has no receive-only state: once the stream is up (reached at RTR),
         // the send queue runs, as with iWARP RNICs whose CM moves the QP to RTS.
@@ -506,8 +563,13 @@ impl Tx {
                 }
             }
             Job::Inbound(req) => {
-                let req = *req;
-                self.answer(qp, &req)?;
+                let (op, body) = execute(qp, req)?;
+                self.respond(op, &body)?;
+                Ok(true)
+            }
+            Job::Respond(op, body) => {
+                let (op, body) = (*op, body.clone());
+                self.respond(op, &body)?;
                 Ok(true)
             }
             Job::Sq { idx, wqe, .. } => {
@@ -799,178 +861,11 @@ impl Tx {
         self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
     }
 
-    /// Carries out a queue 1 request from the peer (other than a Read) and
-    /// frames its response on queue 3; a failure ends in a Terminate that names
-    /// the request (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
-    fn answer(&mut self, qp: &Qp, req: &Inbound) -> Result<(), Fail> {
-        let mrs = &qp.sh.mrs;
-        let pd = qp.pd;
-        let (opcode, body): (_, Vec<u8>) = match *req {
-            Inbound::Read(_) => unreachable!("reads are streamed by frame_job"),
-            Inbound::Atomic { req, allowed, dhdr } => {
-                let r = mrs.atomic(
-                    req.stag,
-                    pd,
-                    req.to,
-                    IBV_ACCESS_REMOTE_ATOMIC,
-                    allowed,
-                    |word| {
-                        let mut old = word.load(Ordering::SeqCst);
-                        loop {
-                            let Some(new) = req.apply(old) else {
-                                break None;
-                            };
-                            if new == old {
-                                break Some(old);
-                            }
-                            match word.compare_exchange_weak(
-                                old,
-                                new,
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                            ) {
-                                Ok(_) => break Some(old),
-                                Err(now) => old = now,
-                            }
-                        }
-                    },
-                );
-                let original = match r {
-                    Ok(Some(Some(v))) => v,
-                    Ok(_) => {
-                        return Err(rx::operation_failed(
-                            &dhdr,
-                            "atomic operation not performed",
-                        ))
-                    }
-                    Err(e) => return Err(rx::protection_failed(e, &dhdr, "atomic target gone")),
-                };
-                let resp = atomic::AtomicResponseRepr {
-                    request_id: req.request_id,
-                    original_value: original,
-                };
-                let mut b = vec![0u8; resp.buffer_len()];
-                resp.emit(&mut atomic::ResponsePacket::new_unchecked(&mut b[..]));
-                (rdmap::Opcode::AtomicResponse, b)
-            }
-            Inbound::Flush {
-                stag,
-                to,
-                len,
-                flags,
-                allowed,
-                dhdr,
-            } => {
-                if len > 0 {
-                    let need = flush_need(flags);
-                    let r = mrs.with_mr_allowed(
-                        stag,
-                        pd,
-                        to,
-                        len as usize,
-                        need,
-                        allowed,
-                        |host, mr| {
-                            if flags & commit::FLUSH_PERSISTENCE != 0 {
-                                match &mr.ext {
-                                    Some(ext) => ext.media.flush_persistent(host, len as u64)?,
-                                    None => {
-                                        return Err(std::io::Error::other(
-                                            "MR has no durable medium",
-                                        ))
-                                    }
-                                }
-                            }
-                            if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
-                                crate::persist::flush_global();
-                            }
-                            Ok(())
-                        },
-                    );
-                    match r {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => {
-                            return Err(rx::operation_failed(
-                                &dhdr,
-                                &format!("RDMA Flush failed: {e}"),
-                            ))
-                        }
-                        Err(e) => return Err(rx::protection_failed(e, &dhdr, "flush target gone")),
-                    }
-                } else if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
-                    crate::persist::flush_global();
-                }
-                (rdmap::Opcode::FlushResponse, Vec::new())
-            }
-            Inbound::Verify {
-                stag,
-                to,
-                len,
-                expected,
-                expected_len,
-                allowed,
-                dhdr,
-            } => {
-                let r = mrs.with_mr_allowed(
-                    stag,
-                    pd,
-                    to,
-                    len as usize,
-                    mem::ACCESS_VERIFY,
-                    allowed,
-                    |host, mr| match mr.ext.as_deref() {
-                        Some(mem::MrExt {
-                            media,
-                            hash: Some(alg),
-                        }) => media.hash(*alg, host, len as u64),
-                        _ => Err(std::io::Error::other("MR is not verifiable")),
-                    },
-                );
-                let hash = match r {
-                    Ok(Ok(h)) => h,
-                    Ok(Err(e)) => {
-                        return Err(rx::operation_failed(
-                            &dhdr,
-                            &format!("RDMA Verify failed: {e}"),
-                        ))
-                    }
-                    Err(e) => return Err(rx::protection_failed(e, &dhdr, "verify target gone")),
-                };
-                if expected_len > 0 && expected[..expected_len as usize] != hash[..] {
-                    // A hash was given and does not match: Terminate, no response
-                    // (draft-talpey-rdma-commit sections 3.1.2.1 and 3.1.2.2).
-                    return Err(rx::operation_failed(&dhdr, "RDMA Verify: hash mismatch"));
-                }
-                (rdmap::Opcode::VerifyResponse, hash)
-            }
-            Inbound::AtomicWrite {
-                stag,
-                to,
-                value,
-                allowed,
-                dhdr,
-            } => {
-                let r = mrs.atomic(stag, pd, to, IBV_ACCESS_REMOTE_WRITE, allowed, |word| {
-                    word.store(value, Ordering::SeqCst)
-                });
-                match r {
-                    Ok(Some(())) => {}
-                    Ok(None) => {
-                        return Err(rx::operation_failed(
-                            &dhdr,
-                            "Atomic Write target not aligned",
-                        ))
-                    }
-                    Err(e) => {
-                        return Err(rx::protection_failed(e, &dhdr, "atomic write target gone"))
-                    }
-                }
-                (rdmap::Opcode::AtomicWriteResponse, Vec::new())
-            }
-        };
+    /// Frames the response to a queue 1 request on queue 3.
+    fn respond(&mut self, opcode: rdmap::Opcode, body: &[u8]) -> Result<(), Fail> {
         let msn = self.take_msn(ddp::QN_ATOMIC_RESPONSE);
         let hdr = untagged(opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
-        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
+        self.push_fpdu(&hdr, body, |_| Ok(()), 0)
     }
 
     fn take_msn(&mut self, qn: u32) -> u32 {
@@ -1050,6 +945,167 @@ fn gather(qp: &Qp, body: &Body, mut off: u64, mut n: usize, out: &mut Vec<u8>) -
             Ok(())
         }
     }
+}
+
+/// Carries out a queue 1 request from the peer (other than a Read) and returns
+/// its response; a failure ends in a Terminate that names the request
+/// (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
+pub fn execute(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
+    let mrs = &qp.sh.mrs;
+    let pd = qp.pd;
+    let (opcode, body): (_, Vec<u8>) = match *req {
+        Inbound::Read(_) => unreachable!("reads are streamed by frame_job"),
+        Inbound::Atomic { req, allowed, dhdr } => {
+            let r = mrs.atomic(
+                req.stag,
+                pd,
+                req.to,
+                IBV_ACCESS_REMOTE_ATOMIC,
+                allowed,
+                |word| {
+                    let mut old = word.load(Ordering::SeqCst);
+                    loop {
+                        let Some(new) = req.apply(old) else {
+                            break None;
+                        };
+                        if new == old {
+                            break Some(old);
+                        }
+                        match word.compare_exchange_weak(
+                            old,
+                            new,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        ) {
+                            Ok(_) => break Some(old),
+                            Err(now) => old = now,
+                        }
+                    }
+                },
+            );
+            let original = match r {
+                Ok(Some(Some(v))) => v,
+                Ok(_) => {
+                    return Err(rx::operation_failed(
+                        &dhdr,
+                        "atomic operation not performed",
+                    ))
+                }
+                Err(e) => return Err(rx::protection_failed(e, &dhdr, "atomic target gone")),
+            };
+            let resp = atomic::AtomicResponseRepr {
+                request_id: req.request_id,
+                original_value: original,
+            };
+            let mut b = vec![0u8; resp.buffer_len()];
+            resp.emit(&mut atomic::ResponsePacket::new_unchecked(&mut b[..]));
+            (rdmap::Opcode::AtomicResponse, b)
+        }
+        Inbound::Flush {
+            stag,
+            to,
+            len,
+            flags,
+            allowed,
+            dhdr,
+        } => {
+            if len > 0 {
+                let need = flush_need(flags);
+                let r =
+                    mrs.with_mr_allowed(stag, pd, to, len as usize, need, allowed, |host, mr| {
+                        if flags & commit::FLUSH_PERSISTENCE != 0 {
+                            match &mr.ext {
+                                Some(ext) => ext.media.flush_persistent(host, len as u64)?,
+                                None => {
+                                    return Err(std::io::Error::other("MR has no durable medium"))
+                                }
+                            }
+                        }
+                        if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
+                            crate::persist::flush_global();
+                        }
+                        Ok(())
+                    });
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Err(rx::operation_failed(
+                            &dhdr,
+                            &format!("RDMA Flush failed: {e}"),
+                        ))
+                    }
+                    Err(e) => return Err(rx::protection_failed(e, &dhdr, "flush target gone")),
+                }
+            } else if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
+                crate::persist::flush_global();
+            }
+            (rdmap::Opcode::FlushResponse, Vec::new())
+        }
+        Inbound::Verify {
+            stag,
+            to,
+            len,
+            expected,
+            expected_len,
+            allowed,
+            dhdr,
+        } => {
+            let r = mrs.with_mr_allowed(
+                stag,
+                pd,
+                to,
+                len as usize,
+                mem::ACCESS_VERIFY,
+                allowed,
+                |host, mr| match mr.ext.as_deref() {
+                    Some(mem::MrExt {
+                        media,
+                        hash: Some(alg),
+                    }) => media.hash(*alg, host, len as u64),
+                    _ => Err(std::io::Error::other("MR is not verifiable")),
+                },
+            );
+            let hash = match r {
+                Ok(Ok(h)) => h,
+                Ok(Err(e)) => {
+                    return Err(rx::operation_failed(
+                        &dhdr,
+                        &format!("RDMA Verify failed: {e}"),
+                    ))
+                }
+                Err(e) => return Err(rx::protection_failed(e, &dhdr, "verify target gone")),
+            };
+            if expected_len > 0 && expected[..expected_len as usize] != hash[..] {
+                // A hash was given and does not match: Terminate, no response
+                // (draft-talpey-rdma-commit sections 3.1.2.1 and 3.1.2.2).
+                return Err(rx::operation_failed(&dhdr, "RDMA Verify: hash mismatch"));
+            }
+            (rdmap::Opcode::VerifyResponse, hash)
+        }
+        Inbound::AtomicWrite {
+            stag,
+            to,
+            value,
+            allowed,
+            dhdr,
+        } => {
+            let r = mrs.atomic(stag, pd, to, IBV_ACCESS_REMOTE_WRITE, allowed, |word| {
+                word.store(value, Ordering::SeqCst)
+            });
+            match r {
+                Ok(Some(())) => {}
+                Ok(None) => {
+                    return Err(rx::operation_failed(
+                        &dhdr,
+                        "Atomic Write target not aligned",
+                    ))
+                }
+                Err(e) => return Err(rx::protection_failed(e, &dhdr, "atomic write target gone")),
+            }
+            (rdmap::Opcode::AtomicWriteResponse, Vec::new())
+        }
+    };
+    Ok((opcode, body))
 }
 
 /// Work that is answered by the peer on queue 3 or 2 and counts against ORD.
