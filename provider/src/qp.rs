@@ -156,8 +156,14 @@ impl Qp {
         self.state.load(Ordering::Acquire)
     }
 
-    pub fn lock_tx(&self) -> MutexGuard<'_, tx::Tx> {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner())
+    /// The transmit side, for work other than transmitting. Whoever holds it
+    /// makes [`tx::kick`] give up on other threads (it only try-locks and leaves
+    /// `tx_want` set), so the guard transmits on their behalf when released.
+    pub fn lock_tx(&self) -> TxGuard<'_> {
+        TxGuard {
+            g: Some(self.tx.lock().unwrap_or_else(|e| e.into_inner())),
+            qp: self,
+        }
     }
 
     pub fn lock_rx(&self) -> MutexGuard<'_, rx::Rx> {
@@ -368,6 +374,9 @@ impl Qp {
     pub fn trim(&self) -> bool {
         let rx = self.rx.try_lock().map(|mut r| r.trim()).unwrap_or(true);
         let tx = self.tx.try_lock().map(|mut t| t.trim()).unwrap_or(true);
+        if self.tx_want.load(Ordering::SeqCst) {
+            tx::kick(self);
+        }
         rx || tx
     }
 
@@ -559,4 +568,32 @@ pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
     };
     ring.release(c.wrapping_add(1));
     Some(job)
+}
+
+/// See [`Qp::lock_tx`].
+pub struct TxGuard<'a> {
+    g: Option<MutexGuard<'a, tx::Tx>>,
+    qp: &'a Qp,
+}
+
+impl std::ops::Deref for TxGuard<'_> {
+    type Target = tx::Tx;
+    fn deref(&self) -> &tx::Tx {
+        self.g.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for TxGuard<'_> {
+    fn deref_mut(&mut self) -> &mut tx::Tx {
+        self.g.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for TxGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.g.take());
+        if self.qp.tx_want.load(Ordering::SeqCst) {
+            tx::kick(self.qp);
+        }
+    }
 }
