@@ -29,6 +29,8 @@ pub struct Config {
     pub linger: Duration,
     /// SCHED_FIFO priority for the progress thread (XIW_PROGRESS_RT, 0 = normal scheduling).
     pub rt_prio: i32,
+    /// How often idle QPs give back their staging buffers (XIW_TRIM_MS).
+    pub trim: Duration,
     /// RFC 7306 atomics and immediate data, and the RDMA Flush / Verify / Atomic
     /// Write of draft-talpey-rdma-commit (XIW_EXTENSIONS=0: behave as a plain
     /// RFC 5040 RNIC, answering them with a Terminate).
@@ -51,6 +53,7 @@ impl Config {
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
             linger: Duration::from_millis(num("XIW_LINGER_MS", 1000)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
+            trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             debug: crate::log::env_debug(),
         }

@@ -6,15 +6,12 @@ use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use xiw_abi::verbs::*;
 
 use crate::context::*;
 use crate::{rx, tx};
-
-/// How often idle QPs give back their staging buffers.
-const TRIM_PERIOD: Duration = Duration::from_secs(1);
 
 pub fn run(sh: Arc<Shared>) {
     if sh.cfg.rt_prio > 0 {
@@ -48,7 +45,7 @@ pub fn run(sh: Arc<Shared>) {
         } else if sh.has_timers.load(Ordering::Acquire) {
             20
         } else if pending || may_trim {
-            TRIM_PERIOD.as_millis() as i32
+            sh.cfg.trim.as_millis().min(i32::MAX as u128) as i32
         } else {
             -1
         };
@@ -98,7 +95,7 @@ pub fn run(sh: Arc<Shared>) {
         }
         sh.apply_deferred();
         pending = sh.expire_pending();
-        if last_trim.elapsed() >= TRIM_PERIOD {
+        if last_trim.elapsed() >= sh.cfg.trim {
             last_trim = Instant::now();
             may_trim = sh.trim();
         }

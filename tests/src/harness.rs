@@ -380,6 +380,18 @@ pub fn run_tool_pair(
     args: &[&str],
     timeout: Duration,
 ) -> Pair {
+    run_tool_pair_env(tool, server, client, args, &[], timeout)
+}
+
+/// [`run_tool_pair`] with environment variables (xiw's knobs) for both sides.
+pub fn run_tool_pair_env(
+    tool: &str,
+    server: &Device,
+    client: &Device,
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Pair {
     let port = port();
     let (server_log, client_log) = log_files(tool, port);
     let build = |dev: &Device, peer: Option<&str>, log: &Path| {
@@ -389,6 +401,7 @@ pub fn run_tool_pair(
         // libibverbs' own log, where xiw reports why a QP failed, kept off
         // stderr (which the checks expect clean).
         c.env("VERBS_LOG_LEVEL", "4").env("VERBS_LOG_FILE", log);
+        c.envs(env.iter().copied());
         c.args(["-oL", tool, "-d", "xiw0", "-p", &port.to_string()]);
         if tool.starts_with("ibv_") {
             c.args(["-g", "0"]);

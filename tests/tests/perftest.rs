@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use xiw_tests::harness::{check_perftest, lo_device, perftest_all_sizes, run_tool_pair, serial};
+use xiw_tests::harness::{
+    check_perftest, lo_device, perftest_all_sizes, run_tool_pair, run_tool_pair_env, serial,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(240);
 
@@ -68,4 +70,34 @@ fn ib_send_bw_all_sizes() {
 #[test]
 fn ib_write_bw_16_qps_all_sizes() {
     perftest_all_sizes_pair("ib_write_bw", 20, 16, &["-q", "16"]);
+}
+
+/// A post that coincides with the progress thread's bookkeeping on the same
+/// QP (here the idle-buffer trim, run on every wake-up with XIW_TRIM_MS=0)
+/// must still go out: a ping-pong has no later event to carry it. Before the
+/// transmit lock learnt to hand over such posts, this pair stalled every time.
+#[test]
+fn ib_write_lat_while_the_progress_thread_keeps_the_tx_lock_busy() {
+    let _g = serial();
+    let dev = lo_device();
+    let iters = 30_000u64;
+    let n = iters.to_string();
+    let args = ["-s", "2", "-n", &n];
+    let env = [("XIW_TRIM_MS", "0")];
+    let start = Instant::now();
+    let pair = run_tool_pair_env(
+        "ib_write_lat",
+        dev,
+        dev,
+        &args,
+        &env,
+        Duration::from_secs(60),
+    );
+    if let Err(e) = check_perftest("ib_write_lat", &pair, &[2], iters) {
+        panic!("ib_write_lat {args:?} with {env:?}: {e}\n{}", pair.dump());
+    }
+    eprintln!(
+        "ib_write_lat {args:?} with {env:?}: {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
 }
