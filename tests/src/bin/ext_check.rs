@@ -1677,7 +1677,84 @@ mod masked {
             }
         }
         let took = start.elapsed();
-        let n: usize = counts.iter().sum();
+        // Ordering (RFC 7306 section 7): Reads and atomics posted together are
+        // carried out in the order posted; each Read sees exactly the atomics
+        // before it and none after it.
+        let batches = 100;
+        for b in 0..batches {
+            let d = 1 + (b as u64 % 7);
+            let what = format!("ordered batch {b} on {model:#x}");
+            local.fill(0, 40, POISON);
+            let read = |slot: usize| SendWr {
+                wr_id: slot as u64,
+                opcode: sys::IBV_WR_RDMA_READ,
+                flags: SIG,
+                sges: vec![local.sge(slot * 8, 8)],
+                remote_addr: addr,
+                rkey,
+                ..Default::default()
+            };
+            let wrs = [
+                read(0),
+                SendWr {
+                    wr_id: 1,
+                    opcode: sys::IBV_WR_ATOMIC_FETCH_AND_ADD,
+                    flags: SIG,
+                    sges: vec![local.sge(8, 8)],
+                    remote_addr: addr,
+                    rkey,
+                    compare_add: d,
+                    ..Default::default()
+                },
+                read(2),
+                SendWr {
+                    wr_id: 3,
+                    opcode: sys::IBV_WR_ATOMIC_CMP_AND_SWP,
+                    flags: SIG,
+                    sges: vec![local.sge(24, 8)],
+                    remote_addr: addr,
+                    rkey,
+                    compare_add: model.wrapping_add(d),
+                    swap: model.wrapping_add(2 * d),
+                    ..Default::default()
+                },
+                read(4),
+            ];
+            post(&qp, &wrs, &what)?;
+            let wcs = wait_wcs(
+                &cq,
+                wrs.len(),
+                Instant::now() + Duration::from_secs(10),
+                &what,
+            )?;
+            for (i, w) in wcs.iter().enumerate() {
+                if w.wr_id != i as u64 {
+                    return oob.fail(format!(
+                        "{what}: completion {i} is WR {}, not in posting order",
+                        w.wr_id
+                    ));
+                }
+                check_status(w, sys::IBV_WC_SUCCESS, &what)?;
+            }
+            let want = [
+                model,
+                model,
+                model.wrapping_add(d),
+                model.wrapping_add(d),
+                model.wrapping_add(2 * d),
+            ];
+            for (slot, w) in want.iter().enumerate() {
+                let got = read_u64(&local, slot * 8);
+                if got != *w {
+                    return oob.fail(format!(
+                        "{what}: result {slot} (Read, FetchAdd, Read, CmpSwap, Read) is \
+                         {got:#x}, in-order execution gives {w:#x}"
+                    ));
+                }
+            }
+            model = model.wrapping_add(2 * d);
+        }
+        let n: usize = counts.iter().sum::<usize>() + 2 * batches;
         oob.send(
             "DONE",
             &[("word", format!("{model:x}")), ("ops", n.to_string())],
@@ -1685,7 +1762,8 @@ mod masked {
         oob.recv("VERDICT")?;
         Ok(format!(
             "{n} atomics ({} edge cases) checked against the model and read back in {:.3} s: \
-             FetchAdd {}, CmpSwap {}, masked FetchAdd {}, masked CmpSwap {}, swap {}",
+             FetchAdd {}, CmpSwap {}, masked FetchAdd {}, masked CmpSwap {}, swap {}; \
+             {batches} batches of Read/FetchAdd/Read/CmpSwap/Read in posting order",
             edges.len(),
             took.as_secs_f64(),
             counts[0],
