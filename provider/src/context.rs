@@ -119,6 +119,8 @@ pub struct Shared {
     pending: Mutex<HashMap<u64, Pending>>,
     next_pending: AtomicU64,
     closing: Mutex<HashMap<u64, (OwnedFd, Instant)>>,
+    /// Bytes discarded from closing streams (to tell a quiet peer from a busy one).
+    drained: AtomicU64,
     /// The media worker, started with the first Flush to persistence or Verify.
     media: Mutex<Option<MediaWorker>>,
 }
@@ -231,6 +233,7 @@ impl Shared {
             pending: Mutex::new(HashMap::new()),
             next_pending: AtomicU64::new(1),
             closing: Mutex::new(HashMap::new()),
+            drained: AtomicU64::new(0),
             media: Mutex::new(None),
         };
         sh.epoll(
@@ -436,6 +439,39 @@ impl Shared {
         }
     }
 
+    /// At `ibv_close_device`: lets streams that are still closing take in what
+    /// their peer has in flight before the sockets go, until each peer's FIN,
+    /// a quiet spell or a bound. Closing a socket with bytes arriving resets the
+    /// connection, and the peer's send that was under way fails; an RNIC keeps
+    /// acknowledging until its QPs are gone (perftest and the pingpong tools
+    /// close while the peer's last, unawaited sends are still arriving).
+    pub fn settle_closing(&self) {
+        const QUIET: Duration = Duration::from_millis(50);
+        const BOUND: Duration = Duration::from_millis(500);
+        let start = Instant::now();
+        let mut seen = self.drained.load(Ordering::Relaxed);
+        let mut quiet_since = start;
+        loop {
+            if self
+                .closing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
+            {
+                return;
+            }
+            let now = self.drained.load(Ordering::Relaxed);
+            if now != seen {
+                seen = now;
+                quiet_since = Instant::now();
+            }
+            if quiet_since.elapsed() >= QUIET || start.elapsed() >= BOUND {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// A closing stream is readable: discard, and close on the peer's FIN.
     pub fn on_closing(&self, id: u64) {
         let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
@@ -454,6 +490,7 @@ impl Shared {
                 )
             };
             if n > 0 {
+                self.drained.fetch_add(n as u64, Ordering::Relaxed);
                 continue;
             }
             break n == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN);

@@ -202,6 +202,7 @@ pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
         };
         // SAFETY: set in alloc_context; taken back exactly once here.
         let (sh, thread) = unsafe { (Arc::from_raw((*ctx).sh), Box::from_raw((*ctx).progress)) };
+        sh.settle_closing();
         sh.shutdown.store(true, Ordering::Release);
         sh.wake();
         let _ = thread.join();

@@ -1210,8 +1210,16 @@ unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         while Arc::strong_count(q) > 1 && std::time::Instant::now() < deadline {
             std::thread::yield_now();
         }
+        let gone = Arc::downgrade(q);
         // SAFETY: allocated by new_qp with Box; handed back once.
         drop(unsafe { Box::from_raw(qp as *mut XiwQp) });
+        // A timer of the progress thread may have taken a reference between the
+        // wait and the drop: the QP, and the CQs and SRQ it holds, then live
+        // until it lets go. Wait for that too, so that the application can
+        // destroy them as soon as this returns.
+        while gone.strong_count() > 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
         0
     })
 }
