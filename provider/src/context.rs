@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,9 @@ pub struct Config {
     pub rt_prio: i32,
     /// How often idle QPs give back their staging buffers (XIW_TRIM_MS).
     pub trim: Duration,
+    /// Keep the progress thread off the CPU the application last posted or
+    /// polled from (XIW_PROGRESS_AFFINITY, on by default).
+    pub avoid_app_cpu: bool,
     /// RFC 7306 atomics and immediate data, and the RDMA Flush / Verify / Atomic
     /// Write of draft-talpey-rdma-commit (XIW_EXTENSIONS=0: behave as a plain
     /// RFC 5040 RNIC, answering them with a Terminate).
@@ -54,6 +57,7 @@ impl Config {
             linger: Duration::from_millis(num("XIW_LINGER_MS", 1000)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
+            avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             debug: crate::log::env_debug(),
         }
@@ -121,6 +125,8 @@ pub struct Shared {
     closing: Mutex<HashMap<u64, (OwnedFd, Instant)>>,
     /// Bytes discarded from closing streams (to tell a quiet peer from a busy one).
     drained: AtomicU64,
+    /// The CPU an application thread last posted or polled from (-1: none yet).
+    pub app_cpu: AtomicI32,
     /// The media worker, started with the first Flush to persistence or Verify.
     media: Mutex<Option<MediaWorker>>,
 }
@@ -234,6 +240,7 @@ impl Shared {
             next_pending: AtomicU64::new(1),
             closing: Mutex::new(HashMap::new()),
             drained: AtomicU64::new(0),
+            app_cpu: AtomicI32::new(-1),
             media: Mutex::new(None),
         };
         sh.epoll(
@@ -663,6 +670,19 @@ impl Shared {
     pub fn qp_event(&self, qp: &Qp, event: u32) {
         if event != NO_EVENT {
             self.post_event(qp.handle.load(Ordering::Acquire), event);
+        }
+    }
+
+    /// Records the CPU the calling application thread runs on (see
+    /// [`Config::avoid_app_cpu`]); a vDSO call, and a store only on change.
+    pub fn note_app_cpu(&self) {
+        if !self.cfg.avoid_app_cpu {
+            return;
+        }
+        // SAFETY: sched_getcpu has no preconditions.
+        let c = unsafe { libc::sched_getcpu() };
+        if c >= 0 && self.app_cpu.load(Ordering::Relaxed) != c {
+            self.app_cpu.store(c, Ordering::Relaxed);
         }
     }
 

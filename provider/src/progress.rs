@@ -28,6 +28,7 @@ pub fn run(sh: Arc<Shared>) {
             );
         }
     }
+    let mut placement = Placement::new();
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 128];
     let mut last_activity = Instant::now();
     let mut pending = false;
@@ -60,6 +61,9 @@ pub fn run(sh: Arc<Shared>) {
         };
         if sh.shutdown.load(Ordering::Acquire) {
             return;
+        }
+        if sh.cfg.avoid_app_cpu {
+            placement.avoid(sh.app_cpu.load(Ordering::Relaxed));
         }
         if n > 0 {
             last_activity = Instant::now();
@@ -146,5 +150,58 @@ fn dispatch(sh: &Shared, tok: u64, bits: u32) {
             }
         }
         _ => {}
+    }
+}
+
+/// Keeps the progress thread off the CPU the application thread last posted or
+/// polled from, within the CPUs it was allowed. An application that waits by
+/// spinning (on memory, as `ib_write_lat` does, or on its CQ) holds its CPU;
+/// were the progress thread woken there, it would first have to preempt the
+/// very thread waiting for its work, and hand the CPU back after. On another
+/// CPU it places the data while the application keeps spinning, as a NIC's
+/// interrupt on another core would (2 B `ib_write_lat`: 25 µs vs 6 µs here).
+struct Placement {
+    allowed: Option<libc::cpu_set_t>,
+    avoiding: i32,
+    changed: Instant,
+}
+
+impl Placement {
+    fn new() -> Placement {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: this thread's own affinity, into a set of the right size.
+        let ok =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }
+                == 0;
+        Placement {
+            allowed: ok.then_some(set),
+            avoiding: -1,
+            changed: Instant::now(),
+        }
+    }
+
+    /// Moves off `cpu` (if allowed elsewhere); at most every 10 ms, so threads
+    /// of one application on several CPUs do not make it hop on every wake.
+    fn avoid(&mut self, cpu: i32) {
+        let Some(allowed) = self.allowed else { return };
+        if cpu == self.avoiding || self.changed.elapsed() < std::time::Duration::from_millis(10) {
+            return;
+        }
+        self.avoiding = cpu;
+        self.changed = Instant::now();
+        let mut set = allowed;
+        let cpu = cpu as usize;
+        // SAFETY: CPU_* only touch the sets given, within their size.
+        unsafe {
+            if cpu < libc::CPU_SETSIZE as usize
+                && libc::CPU_ISSET(cpu, &set)
+                && libc::CPU_COUNT(&set) > 1
+            {
+                libc::CPU_CLR(cpu, &mut set);
+            }
+            // Failure leaves the thread where it was.
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
     }
 }

@@ -179,6 +179,7 @@ impl Qp {
         &self,
         wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
     ) -> Result<(), (usize, i32)> {
+        self.sh.note_app_cpu();
         // Posting is allowed from INIT on; the WQEs wait for the connection (IB verbs 11.4.1.1).
         if self.state() == IBV_QPS_RESET {
             return Err((0, libc::EINVAL));
@@ -361,6 +362,7 @@ impl Qp {
         if self.destroyed.load(Ordering::Acquire) {
             return;
         }
+        self.sh.note_app_cpu();
         if self.tx_blocked.load(Ordering::Acquire) {
             tx::kick(self);
         }
