@@ -330,18 +330,18 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
             return Err(unexpected(dhdr));
         }
     }
-    let write = matches!(
-        (hdr.kind, opcode),
-        (ddp::Kind::Tagged { .. }, Some(rdmap::Opcode::Write))
+    // Whether the previous message was a whole RDMA Write is for Immediate Data
+    // to read (it takes it); any other message forgets it.
+    let is_imm = matches!(
+        opcode,
+        Some(rdmap::Opcode::ImmediateData | rdmap::Opcode::ImmediateDataSolicited)
     );
-    if !write
-        && !matches!(
-            opcode,
-            Some(rdmap::Opcode::ImmediateData | rdmap::Opcode::ImmediateDataSolicited)
-        )
-    {
+    let after_write = if is_imm {
+        rx.after_write.take()
+    } else {
         rx.after_write = None;
-    }
+        None
+    };
     match (hdr.kind, opcode) {
         (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::Write)) => {
             // A zero-length Write touches no memory, so its STag is not checked.
@@ -352,7 +352,6 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
                     .map_err(|e| access_fail(e, dhdr, "RDMA Write refused"))?;
             }
             rx.write_len += payload.len() as u64;
-            rx.after_write = None;
             if hdr.last {
                 rx.after_write = Some(std::mem::take(&mut rx.write_len));
             }
@@ -407,30 +406,21 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
                 (
                     ddp::QN_SEND,
                     rdmap::Opcode::ImmediateData | rdmap::Opcode::ImmediateDataSolicited,
-                ) if rx.extensions => immediate(qp, rx, mo, hdr.last, payload, dhdr),
-                (ddp::QN_READ_REQUEST, rdmap::Opcode::ReadRequest) if hdr.last && mo == 0 => {
+                ) if rx.extensions => immediate(qp, rx, after_write, mo, hdr.last, payload, dhdr),
+                // Requests on queue 1 and their responses on queue 3 are single
+                // segments; each takes one MSN (RFC 5041 section 5.1).
+                (ddp::QN_READ_REQUEST | ddp::QN_ATOMIC_RESPONSE, _)
+                    if hdr.last
+                        && mo == 0
+                        && (op == rdmap::Opcode::ReadRequest || rx.extensions)
+                        && queue_of(op) == Some(qn) =>
+                {
                     rx.msn[q] = rx.msn[q].wrapping_add(1);
-                    read_request(qp, rx, payload, dhdr)
-                }
-                (
-                    ddp::QN_READ_REQUEST,
-                    rdmap::Opcode::AtomicRequest
-                    | rdmap::Opcode::FlushRequest
-                    | rdmap::Opcode::VerifyRequest
-                    | rdmap::Opcode::AtomicWriteRequest,
-                ) if rx.extensions && hdr.last && mo == 0 => {
-                    rx.msn[q] = rx.msn[q].wrapping_add(1);
-                    queue1_request(qp, rx, op, payload, dhdr)
-                }
-                (
-                    ddp::QN_ATOMIC_RESPONSE,
-                    rdmap::Opcode::AtomicResponse
-                    | rdmap::Opcode::FlushResponse
-                    | rdmap::Opcode::VerifyResponse
-                    | rdmap::Opcode::AtomicWriteResponse,
-                ) if rx.extensions && hdr.last && mo == 0 => {
-                    rx.msn[q] = rx.msn[q].wrapping_add(1);
-                    response(qp, rx, op, payload, dhdr)
+                    if qn == ddp::QN_READ_REQUEST {
+                        queue1_request(qp, rx, op, payload, dhdr)
+                    } else {
+                        response(qp, rx, op, payload, dhdr)
+                    }
                 }
                 (ddp::QN_TERMINATE, rdmap::Opcode::Terminate) => Err(peer_terminated(qp, payload)),
                 _ => Err(unexpected(dhdr)),
@@ -580,17 +570,25 @@ fn scatter(qp: &Qp, sges: &[Sge], mut off: u64, mut data: &[u8]) -> Result<(), A
     Ok(())
 }
 
+/// The untagged queue an opcode travels on, for the queue 1 requests and the
+/// queue 3 responses (RFC 5040 section 4.3, RFC 7306 section 5.2,
+/// draft-talpey-rdma-commit table 1).
+fn queue_of(op: rdmap::Opcode) -> Option<u32> {
+    use rdmap::Opcode::*;
+    match op {
+        ReadRequest | AtomicRequest | FlushRequest | VerifyRequest | AtomicWriteRequest => {
+            Some(ddp::QN_READ_REQUEST)
+        }
+        AtomicResponse | FlushResponse | VerifyResponse | AtomicWriteResponse => {
+            Some(ddp::QN_ATOMIC_RESPONSE)
+        }
+        _ => None,
+    }
+}
+
 fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(), Fail> {
-    let pkt = rdmap::ReadRequestPacket::new_checked(payload).map_err(|_| {
-        terminate(
-            term::LAYER_DDP,
-            term::DDP_ETYPE_LOCAL_CATASTROPHIC,
-            term::DDP_ECODE_LOCAL_CATASTROPHIC,
-            Some(dhdr),
-            None,
-            "short Read Request",
-        )
-    })?;
+    let pkt = rdmap::ReadRequestPacket::new_checked(payload)
+        .map_err(|_| short(dhdr, "short Read Request"))?;
     let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| unexpected(dhdr))?;
     let rhdr = &payload[..rdmap::READ_REQUEST_LEN];
     // A zero-length Read touches no memory, so its source STag is not checked.
@@ -608,7 +606,7 @@ fn read_request(qp: &Qp, rx: &mut Rx, payload: &[u8], dhdr: &[u8]) -> Result<(),
         )
     };
     if let Err(e) = checked {
-        return Err(access_fail_r(e, dhdr, rhdr, "RDMA Read refused"));
+        return Err(rdmap_protection(e, dhdr, Some(rhdr), "RDMA Read refused"));
     }
     let entry = Inbound::Read(ReadResp {
         sink_stag: req.sink_stag,
@@ -727,9 +725,11 @@ fn peer_terminated(_qp: &Qp, payload: &[u8]) -> Fail {
 
 /// Immediate Data (RFC 7306 section 6): completes a receive of its own, or,
 /// from an xiw peer and not after an RDMA Write, rides with the Send that follows.
+#[allow(clippy::too_many_arguments)]
 fn immediate(
     qp: &Qp,
     rx: &mut Rx,
+    after_write: Option<u64>,
     mo: u32,
     last: bool,
     payload: &[u8],
@@ -743,7 +743,6 @@ fn immediate(
     let mut b = [0u8; 4];
     b.copy_from_slice(&payload[4..8]);
     let imm = u32::from_ne_bytes(b);
-    let after_write = rx.after_write.take();
     if after_write.is_none() && rx.merge_imm {
         rx.pending_imm = Some(imm);
         return Ok(());
@@ -785,9 +784,10 @@ fn short(dhdr: &[u8], what: &str) -> Fail {
     )
 }
 
-/// An Atomic, Flush, Verify or Atomic Write Request: checked now, against the
-/// STag table and the rules of RFC 7306 section 8.2 and the commit draft's
-/// section 5.2, then queued behind earlier queue 1 requests.
+/// A queue 1 request (Read, Atomic, Flush, Verify, Atomic Write): checked now,
+/// against the STag table and the rules of RFC 5040 section 7, RFC 7306
+/// section 8.2 and the commit draft's section 5.2, then queued behind the
+/// earlier ones.
 fn queue1_request(
     qp: &Qp,
     rx: &mut Rx,
@@ -809,6 +809,7 @@ fn queue1_request(
         .map_err(|e| protection_failed(e, dhdr, "request refused"))
     };
     let entry = match op {
+        rdmap::Opcode::ReadRequest => return read_request(qp, rx, payload, dhdr),
         rdmap::Opcode::AtomicRequest => {
             let pkt = atomic::RequestPacket::new_checked(payload)
                 .map_err(|_| short(dhdr, "short Atomic Request"))?;
@@ -1025,25 +1026,10 @@ pub fn operation_failed(dhdr: &[u8], why: &str) -> Fail {
     )
 }
 
-/// A queue 1 request failed its STag check: RDMAP Remote Protection Error.
+/// A queue 1 request failed its STag check: RDMAP Remote Protection Error,
+/// without the Terminated RDMA Header (RFC 7306 section 8.1).
 pub fn protection_failed(e: AccessError, dhdr: &[u8], why: &str) -> Fail {
-    let code = match e {
-        AccessError::InvalidStag => term::RDMAP_ECODE_INVALID_STAG,
-        AccessError::Bounds => term::RDMAP_ECODE_BASE_BOUNDS,
-        AccessError::Access => term::RDMAP_ECODE_ACCESS_RIGHTS,
-        AccessError::WrongPd => term::RDMAP_ECODE_STAG_NOT_ASSOCIATED,
-        AccessError::Wrap => term::RDMAP_ECODE_TO_WRAP,
-    };
-    let mut f = terminate(
-        term::LAYER_RDMAP,
-        term::RDMAP_ETYPE_REMOTE_PROTECTION,
-        code,
-        Some(dhdr),
-        None,
-        &format!("{why}: {e}"),
-    );
-    f.event = IBV_EVENT_QP_ACCESS_ERR;
-    f
+    rdmap_protection(e, dhdr, None, &format!("{why}: {e}"))
 }
 
 fn unexpected(dhdr: &[u8]) -> Fail {
@@ -1057,49 +1043,48 @@ fn unexpected(dhdr: &[u8]) -> Fail {
     )
 }
 
+/// A tagged buffer refused an RDMA Write: its faults are DDP errors (RFC 5041
+/// section 7.2), a permission fault an RDMAP remote protection error (RFC 5040
+/// section 7.2).
 fn access_fail(e: AccessError, dhdr: &[u8], why: &str) -> Fail {
-    access_fail_inner(e, dhdr, None, why)
-}
-
-fn access_fail_r(e: AccessError, dhdr: &[u8], rhdr: &[u8], why: &str) -> Fail {
-    access_fail_inner(e, dhdr, Some(rhdr), why)
-}
-
-/// Tagged-buffer faults are DDP errors (RFC 5041 section 7.2); permission faults
-/// and Read Request faults are RDMAP remote protection errors (RFC 5040 section 7.2).
-fn access_fail_inner(e: AccessError, dhdr: &[u8], rhdr: Option<&[u8]>, why: &str) -> Fail {
-    let mut f = if rhdr.is_some() || e == AccessError::Access {
-        let code = match e {
-            AccessError::InvalidStag => term::RDMAP_ECODE_INVALID_STAG,
-            AccessError::Bounds => term::RDMAP_ECODE_BASE_BOUNDS,
-            AccessError::Access => term::RDMAP_ECODE_ACCESS_RIGHTS,
-            AccessError::WrongPd => term::RDMAP_ECODE_STAG_NOT_ASSOCIATED,
-            AccessError::Wrap => term::RDMAP_ECODE_TO_WRAP,
-        };
-        terminate(
-            term::LAYER_RDMAP,
-            term::RDMAP_ETYPE_REMOTE_PROTECTION,
-            code,
-            Some(dhdr),
-            rhdr,
-            why,
-        )
-    } else {
-        let code = match e {
-            AccessError::InvalidStag | AccessError::Access => term::DDP_ECODE_T_INVALID_STAG,
-            AccessError::Bounds => term::DDP_ECODE_T_BASE_BOUNDS,
-            AccessError::WrongPd => term::DDP_ECODE_T_STAG_NOT_ASSOCIATED,
-            AccessError::Wrap => term::DDP_ECODE_T_TO_WRAP,
-        };
-        terminate(
-            term::LAYER_DDP,
-            term::DDP_ETYPE_TAGGED_BUFFER,
-            code,
-            Some(dhdr),
-            None,
-            why,
-        )
+    if e == AccessError::Access {
+        return rdmap_protection(e, dhdr, None, why);
+    }
+    let code = match e {
+        AccessError::InvalidStag | AccessError::Access => term::DDP_ECODE_T_INVALID_STAG,
+        AccessError::Bounds => term::DDP_ECODE_T_BASE_BOUNDS,
+        AccessError::WrongPd => term::DDP_ECODE_T_STAG_NOT_ASSOCIATED,
+        AccessError::Wrap => term::DDP_ECODE_T_TO_WRAP,
     };
+    let mut f = terminate(
+        term::LAYER_DDP,
+        term::DDP_ETYPE_TAGGED_BUFFER,
+        code,
+        Some(dhdr),
+        None,
+        why,
+    );
+    f.event = IBV_EVENT_QP_ACCESS_ERR;
+    f
+}
+
+/// RDMAP Remote Protection Error for `e` (RFC 5040 section 7.2).
+fn rdmap_protection(e: AccessError, dhdr: &[u8], rhdr: Option<&[u8]>, why: &str) -> Fail {
+    let code = match e {
+        AccessError::InvalidStag => term::RDMAP_ECODE_INVALID_STAG,
+        AccessError::Bounds => term::RDMAP_ECODE_BASE_BOUNDS,
+        AccessError::Access => term::RDMAP_ECODE_ACCESS_RIGHTS,
+        AccessError::WrongPd => term::RDMAP_ECODE_STAG_NOT_ASSOCIATED,
+        AccessError::Wrap => term::RDMAP_ECODE_TO_WRAP,
+    };
+    let mut f = terminate(
+        term::LAYER_RDMAP,
+        term::RDMAP_ETYPE_REMOTE_PROTECTION,
+        code,
+        Some(dhdr),
+        rhdr,
+        why,
+    );
     f.event = IBV_EVENT_QP_ACCESS_ERR;
     f
 }
