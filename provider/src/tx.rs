@@ -495,10 +495,10 @@ impl Tx {
         if let Body::Sges(sges) = &body {
             // Local protection is checked before the first byte goes out.
             for s in sges.iter().filter(|s| s.length > 0) {
+                // A Read's data, an atomic's original and a hash land in the SGEs.
                 let need = if queue1_request(wqe.opcode)
                     && !matches!(wqe.opcode, op::FLUSH | op::ATOMIC_WRITE)
                 {
-                    // The response lands here: a Read's data, an atomic's original, a hash.
                     IBV_ACCESS_LOCAL_WRITE
                 } else {
                     NEED_NONE
@@ -568,8 +568,7 @@ impl Tx {
                 Ok(true)
             }
             Job::Respond(op, body) => {
-                let (op, body) = (*op, body.clone());
-                self.respond(op, &body)?;
+                self.respond(*op, body)?;
                 Ok(true)
             }
             Job::Sq { idx, wqe, .. } => {
@@ -578,14 +577,7 @@ impl Tx {
                     op::SEND | op::SEND_INV | op::SEND_IMM | op::WRITE | op::WRITE_IMM => {
                         self.frame_data(qp, cur, idx, &wqe)
                     }
-                    op::ATOMIC_CMP_SWP
-                    | op::ATOMIC_FETCH_ADD
-                    | op::ATOMIC_MASKED_CMP_SWP
-                    | op::ATOMIC_MASKED_FETCH_ADD
-                    | op::ATOMIC_SWAP
-                    | op::FLUSH
-                    | op::VERIFY
-                    | op::ATOMIC_WRITE => {
+                    op if queue1_request(op) => {
                         let Job::Sq {
                             body: Body::Sges(sges),
                             ..
@@ -598,46 +590,6 @@ impl Tx {
                         };
                         let sges = sges.clone();
                         self.frame_request(idx, &wqe, sges)?;
-                        Ok(true)
-                    }
-                    op::READ => {
-                        let Job::Sq {
-                            body: Body::Sges(sges),
-                            ..
-                        } = &cur.job
-                        else {
-                            return Err(Fail::local(IBV_WC_LOC_QP_OP_ERR, "inline RDMA Read"));
-                        };
-                        let (sink_stag, sink_to) =
-                            sges.first().map(|s| (s.lkey, s.addr)).unwrap_or((0, 0));
-                        let req = rdmap::ReadRequestRepr {
-                            sink_stag,
-                            sink_to,
-                            size: wqe.length,
-                            src_stag: wqe.rkey,
-                            src_to: wqe.remote_addr,
-                        };
-                        self.orq.push_back(Outstanding::Read(PendingRead {
-                            sq_idx: idx,
-                            sink_stag,
-                            sink_to,
-                            sges: sges.clone(),
-                            length: wqe.length as u64,
-                            received: 0,
-                        }));
-                        *self.slot(idx) = Some(Slot::AwaitResponse);
-                        let mut body = [0u8; rdmap::READ_REQUEST_LEN];
-                        req.emit(&mut rdmap::ReadRequestPacket::new_unchecked(&mut body[..]));
-                        let msn = self.take_msn(ddp::QN_READ_REQUEST);
-                        let hdr = untagged(
-                            rdmap::Opcode::ReadRequest,
-                            0,
-                            ddp::QN_READ_REQUEST,
-                            msn,
-                            0,
-                            true,
-                        );
-                        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)?;
                         Ok(true)
                     }
                     op::LOCAL_INV => {
@@ -745,9 +697,30 @@ impl Tx {
         self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
     }
 
-    /// An Atomic, Flush, Verify or Atomic Write Request on queue 1.
+    /// A Read, Atomic, Flush, Verify or Atomic Write Request on queue 1.
     fn frame_request(&mut self, idx: u32, wqe: &SendWqe, sges: Vec<Sge>) -> Result<(), Fail> {
         let (opcode, body, pending): (_, Vec<u8>, _) = match wqe.opcode {
+            op::READ => {
+                let (sink_stag, sink_to) = sges.first().map(|s| (s.lkey, s.addr)).unwrap_or((0, 0));
+                let req = rdmap::ReadRequestRepr {
+                    sink_stag,
+                    sink_to,
+                    size: wqe.length,
+                    src_stag: wqe.rkey,
+                    src_to: wqe.remote_addr,
+                };
+                let mut b = vec![0u8; rdmap::READ_REQUEST_LEN];
+                req.emit(&mut rdmap::ReadRequestPacket::new_unchecked(&mut b[..]));
+                let pending = Outstanding::Read(PendingRead {
+                    sq_idx: idx,
+                    sink_stag,
+                    sink_to,
+                    sges,
+                    length: wqe.length as u64,
+                    received: 0,
+                });
+                (rdmap::Opcode::ReadRequest, b, pending)
+            }
             op::FLUSH => {
                 let req = commit::FlushRequestRepr {
                     stag: wqe.rkey,
@@ -947,52 +920,78 @@ fn gather(qp: &Qp, body: &Body, mut off: u64, mut n: usize, out: &mut Vec<u8>) -
     }
 }
 
+/// Why a queue 1 request could not be carried out.
+enum Refused {
+    /// The STag check failed at execution (the MR changed since the request came).
+    Access(mem::AccessError),
+    /// The operation itself failed.
+    Failed(String),
+}
+
+impl From<mem::AccessError> for Refused {
+    fn from(e: mem::AccessError) -> Refused {
+        Refused::Access(e)
+    }
+}
+
+impl Inbound {
+    /// The DDP header of the request, for the Terminate that refuses it.
+    fn ddp_header(&self) -> &[u8] {
+        match self {
+            Inbound::Read(_) => &[],
+            Inbound::Atomic { dhdr, .. }
+            | Inbound::Flush { dhdr, .. }
+            | Inbound::Verify { dhdr, .. }
+            | Inbound::AtomicWrite { dhdr, .. } => dhdr,
+        }
+    }
+}
+
 /// Carries out a queue 1 request from the peer (other than a Read) and returns
 /// its response; a failure ends in a Terminate that names the request
 /// (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
 pub fn execute(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
+    carry_out(qp, req).map_err(|r| match r {
+        Refused::Access(e) => rx::protection_failed(e, req.ddp_header(), "request refused"),
+        Refused::Failed(why) => rx::operation_failed(req.ddp_header(), &why),
+    })
+}
+
+fn carry_out(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Refused> {
     let mrs = &qp.sh.mrs;
     let pd = qp.pd;
-    let (opcode, body): (_, Vec<u8>) = match *req {
+    let failed = |why: &str| Refused::Failed(why.into());
+    Ok(match *req {
         Inbound::Read(_) => unreachable!("reads are streamed by frame_job"),
-        Inbound::Atomic { req, allowed, dhdr } => {
-            let r = mrs.atomic(
-                req.stag,
-                pd,
-                req.to,
-                IBV_ACCESS_REMOTE_ATOMIC,
-                allowed,
-                |word| {
-                    let mut old = word.load(Ordering::SeqCst);
-                    loop {
-                        let Some(new) = req.apply(old) else {
-                            break None;
-                        };
-                        if new == old {
-                            break Some(old);
+        Inbound::Atomic { req, allowed, .. } => {
+            let original = mrs
+                .atomic(
+                    req.stag,
+                    pd,
+                    req.to,
+                    IBV_ACCESS_REMOTE_ATOMIC,
+                    allowed,
+                    |word| {
+                        let mut old = word.load(Ordering::SeqCst);
+                        loop {
+                            let new = req.apply(old)?;
+                            if new == old {
+                                break Some(old);
+                            }
+                            match word.compare_exchange_weak(
+                                old,
+                                new,
+                                Ordering::SeqCst,
+                                Ordering::SeqCst,
+                            ) {
+                                Ok(_) => break Some(old),
+                                Err(now) => old = now,
+                            }
                         }
-                        match word.compare_exchange_weak(
-                            old,
-                            new,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        ) {
-                            Ok(_) => break Some(old),
-                            Err(now) => old = now,
-                        }
-                    }
-                },
-            );
-            let original = match r {
-                Ok(Some(Some(v))) => v,
-                Ok(_) => {
-                    return Err(rx::operation_failed(
-                        &dhdr,
-                        "atomic operation not performed",
-                    ))
-                }
-                Err(e) => return Err(rx::protection_failed(e, &dhdr, "atomic target gone")),
-            };
+                    },
+                )?
+                .flatten()
+                .ok_or_else(|| failed("atomic operation not performed"))?;
             let resp = atomic::AtomicResponseRepr {
                 request_id: req.request_id,
                 original_value: original,
@@ -1007,36 +1006,22 @@ pub fn execute(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail>
             len,
             flags,
             allowed,
-            dhdr,
+            ..
         } => {
             if len > 0 {
                 let need = flush_need(flags);
-                let r =
-                    mrs.with_mr_allowed(stag, pd, to, len as usize, need, allowed, |host, mr| {
-                        if flags & commit::FLUSH_PERSISTENCE != 0 {
-                            match &mr.ext {
-                                Some(ext) => ext.media.flush_persistent(host, len as u64)?,
-                                None => {
-                                    return Err(std::io::Error::other("MR has no durable medium"))
-                                }
-                            }
-                        }
-                        if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
-                            crate::persist::flush_global();
-                        }
-                        Ok(())
-                    });
-                match r {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        return Err(rx::operation_failed(
-                            &dhdr,
-                            &format!("RDMA Flush failed: {e}"),
-                        ))
+                mrs.with_mr_allowed(stag, pd, to, len as usize, need, allowed, |host, mr| {
+                    if flags & commit::FLUSH_PERSISTENCE == 0 {
+                        return Ok(());
                     }
-                    Err(e) => return Err(rx::protection_failed(e, &dhdr, "flush target gone")),
-                }
-            } else if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
+                    match &mr.ext {
+                        Some(ext) => ext.media.flush_persistent(host, len as u64),
+                        None => Err(std::io::Error::other("MR has no durable medium")),
+                    }
+                })?
+                .map_err(|e| Refused::Failed(format!("RDMA Flush failed: {e}")))?;
+            }
+            if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
                 crate::persist::flush_global();
             }
             (rdmap::Opcode::FlushResponse, Vec::new())
@@ -1048,37 +1033,29 @@ pub fn execute(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail>
             expected,
             expected_len,
             allowed,
-            dhdr,
+            ..
         } => {
-            let r = mrs.with_mr_allowed(
-                stag,
-                pd,
-                to,
-                len as usize,
-                mem::ACCESS_VERIFY,
-                allowed,
-                |host, mr| match mr.ext.as_deref() {
-                    Some(mem::MrExt {
-                        media,
-                        hash: Some(alg),
-                    }) => media.hash(*alg, host, len as u64),
-                    _ => Err(std::io::Error::other("MR is not verifiable")),
-                },
-            );
-            let hash = match r {
-                Ok(Ok(h)) => h,
-                Ok(Err(e)) => {
-                    return Err(rx::operation_failed(
-                        &dhdr,
-                        &format!("RDMA Verify failed: {e}"),
-                    ))
-                }
-                Err(e) => return Err(rx::protection_failed(e, &dhdr, "verify target gone")),
-            };
+            let hash = mrs
+                .with_mr_allowed(
+                    stag,
+                    pd,
+                    to,
+                    len as usize,
+                    mem::ACCESS_VERIFY,
+                    allowed,
+                    |host, mr| match mr.ext.as_deref() {
+                        Some(mem::MrExt {
+                            media,
+                            hash: Some(alg),
+                        }) => media.hash(*alg, host, len as u64),
+                        _ => Err(std::io::Error::other("MR is not verifiable")),
+                    },
+                )?
+                .map_err(|e| Refused::Failed(format!("RDMA Verify failed: {e}")))?;
             if expected_len > 0 && expected[..expected_len as usize] != hash[..] {
                 // A hash was given and does not match: Terminate, no response
                 // (draft-talpey-rdma-commit sections 3.1.2.1 and 3.1.2.2).
-                return Err(rx::operation_failed(&dhdr, "RDMA Verify: hash mismatch"));
+                return Err(failed("RDMA Verify: hash mismatch"));
             }
             (rdmap::Opcode::VerifyResponse, hash)
         }
@@ -1087,25 +1064,15 @@ pub fn execute(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail>
             to,
             value,
             allowed,
-            dhdr,
+            ..
         } => {
-            let r = mrs.atomic(stag, pd, to, IBV_ACCESS_REMOTE_WRITE, allowed, |word| {
+            mrs.atomic(stag, pd, to, IBV_ACCESS_REMOTE_WRITE, allowed, |word| {
                 word.store(value, Ordering::SeqCst)
-            });
-            match r {
-                Ok(Some(())) => {}
-                Ok(None) => {
-                    return Err(rx::operation_failed(
-                        &dhdr,
-                        "Atomic Write target not aligned",
-                    ))
-                }
-                Err(e) => return Err(rx::protection_failed(e, &dhdr, "atomic write target gone")),
-            }
+            })?
+            .ok_or_else(|| failed("Atomic Write target not aligned"))?;
             (rdmap::Opcode::AtomicWriteResponse, Vec::new())
         }
-    };
-    Ok((opcode, body))
+    })
 }
 
 /// Work that is answered by the peer on queue 3 or 2 and counts against ORD.
