@@ -581,11 +581,11 @@ struct Private {
 }
 
 fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<Private> {
-    let (ird, ord, rest) = if enhanced || revision == 2 {
+    let (ird, rest) = if enhanced || revision == 2 {
         let e = mpa::EnhancedParams::parse(pd.get(..mpa::ENHANCED_LEN)?).ok()?;
-        (e.ird as u32, e.ord as u32, &pd[mpa::ENHANCED_LEN..])
+        (e.ird as u32, &pd[mpa::ENHANCED_LEN..])
     } else {
-        (1, 1, pd)
+        (1, pd)
     };
     if rest.len() < PD_LEN || &rest[..4] != PD_MAGIC {
         return None;
@@ -596,7 +596,6 @@ fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<Private> {
         .get(PD_LEN..PD_LEN + PD_FLAGS_LEN)
         .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
         .unwrap_or(0);
-    let _ = ord;
     Some(Private {
         ird,
         from,

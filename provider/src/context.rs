@@ -515,16 +515,7 @@ impl Shared {
         pending.retain(|_, p| {
             let keep = p.since.elapsed() < PENDING_TIMEOUT;
             if !keep {
-                let mut ev = libc::epoll_event { events: 0, u64: 0 };
-                // SAFETY: removing our own descriptor from our epoll set.
-                unsafe {
-                    libc::epoll_ctl(
-                        self.epfd.as_raw_fd(),
-                        libc::EPOLL_CTL_DEL,
-                        p.fd.as_raw_fd(),
-                        &mut ev,
-                    )
-                };
+                self.unwatch(p.fd.as_raw_fd());
             }
             keep
         });
@@ -532,16 +523,7 @@ impl Shared {
         closing.retain(|_, (fd, since)| {
             let keep = since.elapsed() < CLOSE_TIMEOUT;
             if !keep {
-                let mut ev = libc::epoll_event { events: 0, u64: 0 };
-                // SAFETY: removing our own descriptor from our epoll set.
-                unsafe {
-                    libc::epoll_ctl(
-                        self.epfd.as_raw_fd(),
-                        libc::EPOLL_CTL_DEL,
-                        fd.as_raw_fd(),
-                        &mut ev,
-                    )
-                };
+                self.unwatch(fd.as_raw_fd());
             }
             keep
         });

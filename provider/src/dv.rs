@@ -8,11 +8,12 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr;
 
 use xiw_abi::driver::verbs_device;
-use xiw_abi::ring::op;
+use xiw_abi::ring::{op, SendWqe};
 use xiw_abi::verbs::*;
 
 use crate::persist::Hash;
-use crate::verbs::{begin_dv, fail_batch, guard};
+use crate::tx;
+use crate::verbs::{begin_dv, fail_batch, guard, set_errno, shared};
 use crate::wire::commit;
 
 /// `enum xiwdv_placement_type`.
@@ -169,7 +170,7 @@ pub unsafe extern "C" fn xiwdv_query_device(
             };
         }
         // SAFETY: ours.
-        let sh = unsafe { crate::verbs::shared_of(ctx) };
+        let sh = unsafe { shared(ctx) };
         let on = sh.cfg.extensions;
         let a = XiwdvDeviceAttr {
             caps: if on { CAP_ALL } else { 0 },
@@ -187,22 +188,30 @@ pub unsafe extern "C" fn xiwdv_query_device(
     })
 }
 
-/// Starts an xiw-only WR after the common checks.
+/// Starts an xiw-only WR on `q` if it is xiw's; `checked` is the verdict on
+/// the caller's arguments (an error makes the next wr_complete fail).
 ///
 /// # Safety
 /// `q` is null or a live `ibv_qp_ex`.
-unsafe fn start(q: *mut ibv_qp_ex, what: &str, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
+unsafe fn start(
+    q: *mut ibv_qp_ex,
+    what: &str,
+    opcode: u8,
+    checked: Result<(), &str>,
+    set: impl FnOnce(&mut SendWqe),
+) {
     // SAFETY: as the caller promises.
     if !unsafe { ours_qpx(q) } {
         set_last_error(&format!("{what}: not an xiw queue pair"));
         return;
     }
-    begin_dv(q, opcode, set)
-}
-
-fn refuse(q: *mut ibv_qp_ex, why: &str) {
-    set_last_error(why);
-    fail_batch(q, libc::EINVAL);
+    match checked {
+        Ok(()) => begin_dv(q, opcode, set),
+        Err(why) => {
+            set_last_error(&format!("{what}: {why}"));
+            fail_batch(q, libc::EINVAL);
+        }
+    }
 }
 
 /// # Safety
@@ -217,29 +226,15 @@ pub unsafe extern "C" fn xiwdv_wr_flush(
     level: u8,
 ) {
     guard((), || {
-        // SAFETY: as the caller promises.
-        if !unsafe { ours_qpx(q) } {
-            set_last_error("xiwdv_wr_flush: not an xiw queue pair");
-            return;
-        }
-        if level != SELECT_RANGE {
+        let checked = if level != SELECT_RANGE {
             // The draft's Flush Request names a range; a whole-MR flush has no wire form.
-            return refuse(
-                q,
-                "xiwdv_wr_flush: only XIWDV_FLUSH_RANGE exists on the wire",
-            );
-        }
-        if kind == 0 || kind & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
-            return refuse(
-                q,
-                "xiwdv_wr_flush: type must be XIWDV_FLUSH_GLOBAL and/or XIWDV_FLUSH_PERSISTENT",
-            );
-        }
-        let Ok(len) = u32::try_from(len) else {
-            return refuse(
-                q,
-                "xiwdv_wr_flush: length does not fit the 32-bit Data Sink Length",
-            );
+            Err("only XIWDV_FLUSH_RANGE exists on the wire")
+        } else if kind == 0 || kind & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
+            Err("type must be XIWDV_FLUSH_GLOBAL and/or XIWDV_FLUSH_PERSISTENT")
+        } else if u32::try_from(len).is_err() {
+            Err("length does not fit the 32-bit Data Sink Length")
+        } else {
+            Ok(())
         };
         let mut flags = 0u32;
         if kind & PLACEMENT_PERSISTENT != 0 {
@@ -248,12 +243,12 @@ pub unsafe extern "C" fn xiwdv_wr_flush(
         if kind & PLACEMENT_GLOBAL != 0 {
             flags |= commit::FLUSH_GLOBAL_VISIBILITY;
         }
-        // SAFETY: checked above.
+        // SAFETY: as the caller promises.
         unsafe {
-            start(q, "xiwdv_wr_flush", op::FLUSH, |w| {
+            start(q, "xiwdv_wr_flush", op::FLUSH, checked, |w| {
                 w.rkey = rkey;
                 w.remote_addr = addr;
-                w.imm_or_inv = len;
+                w.imm_or_inv = len as u32;
                 w.op_flags = flags as u8;
             })
         }
@@ -272,36 +267,25 @@ pub unsafe extern "C" fn xiwdv_wr_verify(
     expected_len: usize,
 ) {
     guard((), || {
-        // SAFETY: as the caller promises.
-        if !unsafe { ours_qpx(q) } {
-            set_last_error("xiwdv_wr_verify: not an xiw queue pair");
-            return;
-        }
-        if expected_len > crate::tx::VERIFY_MAX_HASH || (expected.is_null() && expected_len > 0) {
-            return refuse(
-                q,
-                "xiwdv_wr_verify: expected hash longer than 32 bytes, or missing",
-            );
-        }
-        let mut h = [0u8; crate::tx::VERIFY_MAX_HASH];
-        if expected_len > 0 {
-            // SAFETY: the caller passes `expected_len` readable bytes.
-            unsafe {
-                ptr::copy_nonoverlapping(expected as *const u8, h.as_mut_ptr(), expected_len)
+        let checked =
+            if expected_len > tx::VERIFY_MAX_HASH || (expected.is_null() && expected_len > 0) {
+                Err("expected hash longer than 32 bytes, or missing")
+            } else {
+                Ok(())
             };
-        }
-        let word = |k: usize| u64::from_ne_bytes(h[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
-        // SAFETY: checked above.
+        let hash: &[u8] = if checked.is_ok() && expected_len > 0 {
+            // SAFETY: the caller passes `expected_len` readable bytes at `expected`.
+            unsafe { std::slice::from_raw_parts(expected as *const u8, expected_len) }
+        } else {
+            &[]
+        };
+        // SAFETY: as the caller promises.
         unsafe {
-            start(q, "xiwdv_wr_verify", op::VERIFY, |w| {
+            start(q, "xiwdv_wr_verify", op::VERIFY, checked, |w| {
                 w.rkey = rkey;
                 w.remote_addr = addr;
                 w.imm_or_inv = len;
-                w.op_flags = expected_len as u8;
-                w.operand0 = word(0);
-                w.operand1 = word(1);
-                w.mask0 = word(2);
-                w.mask1 = word(3);
+                tx::set_verify_expected(w, hash);
             })
         }
     })
@@ -323,6 +307,7 @@ pub unsafe extern "C" fn xiwdv_wr_atomic_masked_fetch_add(
             q,
             "xiwdv_wr_atomic_masked_fetch_add",
             op::ATOMIC_MASKED_FETCH_ADD,
+            Ok(()),
             |w| {
                 w.rkey = rkey;
                 w.remote_addr = addr;
@@ -351,6 +336,7 @@ pub unsafe extern "C" fn xiwdv_wr_atomic_masked_cmp_swp(
             q,
             "xiwdv_wr_atomic_masked_cmp_swp",
             op::ATOMIC_MASKED_CMP_SWP,
+            Ok(()),
             |w| {
                 w.rkey = rkey;
                 w.remote_addr = addr;
@@ -369,17 +355,10 @@ pub unsafe extern "C" fn xiwdv_wr_atomic_masked_cmp_swp(
 pub unsafe extern "C" fn xiwdv_wr_atomic_swap(q: *mut ibv_qp_ex, rkey: u32, addr: u64, swap: u64) {
     // SAFETY: as the caller promises.
     guard((), || unsafe {
-        start(q, "xiwdv_wr_atomic_swap", op::ATOMIC_SWAP, |w| {
+        start(q, "xiwdv_wr_atomic_swap", op::ATOMIC_SWAP, Ok(()), |w| {
             w.rkey = rkey;
             w.remote_addr = addr;
             w.operand1 = swap;
         })
     })
 }
-
-fn set_errno(e: c_int) {
-    // SAFETY: errno is thread-local.
-    unsafe { *libc::__errno_location() = e };
-}
-
-use xiw_abi::ring::SendWqe;

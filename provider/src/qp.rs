@@ -166,6 +166,19 @@ impl Qp {
         }
     }
 
+    /// [`Qp::lock_tx`] if nobody holds it now.
+    pub fn try_lock_tx(&self) -> Option<TxGuard<'_>> {
+        let g = match self.tx.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        Some(TxGuard {
+            g: Some(g),
+            qp: self,
+        })
+    }
+
     pub fn lock_rx(&self) -> MutexGuard<'_, rx::Rx> {
         self.rx.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -375,10 +388,7 @@ impl Qp {
     /// for a trim period; true while it still holds large ones.
     pub fn trim(&self) -> bool {
         let rx = self.rx.try_lock().map(|mut r| r.trim()).unwrap_or(true);
-        let tx = self.tx.try_lock().map(|mut t| t.trim()).unwrap_or(true);
-        if self.tx_want.load(Ordering::SeqCst) {
-            tx::kick(self);
-        }
+        let tx = self.try_lock_tx().map(|mut t| t.trim()).unwrap_or(true);
         rx || tx
     }
 

@@ -1103,6 +1103,17 @@ pub fn flush_need(flags: u32) -> u32 {
     need
 }
 
+/// Keeps `hash` (at most [`VERIFY_MAX_HASH`] bytes) as the expected hash of a
+/// Verify WQE, in its operand words; [`verify_expected`] reads it back.
+pub fn set_verify_expected(wqe: &mut SendWqe, hash: &[u8]) {
+    let mut h = [0u8; VERIFY_MAX_HASH];
+    let n = hash.len().min(VERIFY_MAX_HASH);
+    h[..n].copy_from_slice(&hash[..n]);
+    let word = |k: usize| u64::from_ne_bytes(h[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
+    (wqe.operand0, wqe.operand1, wqe.mask0, wqe.mask1) = (word(0), word(1), word(2), word(3));
+    wqe.op_flags = n as u8;
+}
+
 /// The expected hash of a Verify WQE (bytes, length): kept in its operand words.
 pub fn verify_expected(wqe: &SendWqe) -> ([u8; VERIFY_MAX_HASH], usize) {
     let mut h = [0u8; VERIFY_MAX_HASH];

@@ -13,14 +13,13 @@ use std::sync::{Arc, Mutex};
 
 use xiw_abi::driver::*;
 use xiw_abi::ring::{op, wqe_flag, Cqe, SendWqe, Sge};
-
-use crate::mem::NEED_NONE;
 use xiw_abi::verbs::*;
 
 use crate::context::Shared;
 use crate::cq::Cq;
 use crate::devinfo;
 use crate::mem;
+use crate::mem::NEED_NONE;
 use crate::qp::{self, Caps, Qp, RecvJob, SendBody};
 use crate::srq::Srq;
 
@@ -33,7 +32,7 @@ pub const MAX_MSG_SZ: u32 = 1 << 31;
 pub const VENDOR_ID: u32 = 0x787769; // "xwi"
 pub const VENDOR_PART_ID: u32 = 1;
 
-fn set_errno(e: i32) {
+pub(crate) fn set_errno(e: i32) {
     // SAFETY: errno is thread-local.
     unsafe { *libc::__errno_location() = e };
 }
@@ -131,7 +130,7 @@ impl Batch {
 
 /// # Safety
 /// `ctx` is a context this provider allocated.
-unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
+pub(crate) unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
     // SAFETY: `ibv_context` is the last member of `verbs_context`, which is the first
     // member of `XiwContext`; `sh` is set before the context is handed out.
     unsafe {
@@ -139,15 +138,6 @@ unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
             (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
         &*(*vctx).sh
     }
-}
-
-/// [`shared`] for the direct verbs.
-///
-/// # Safety
-/// `ctx` is a context this provider allocated.
-pub(crate) unsafe fn shared_of<'a>(ctx: *mut ibv_context) -> &'a Shared {
-    // SAFETY: as the caller promises.
-    unsafe { shared(ctx) }
 }
 
 unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> &'a XiwPd {
@@ -423,18 +413,12 @@ fn mr_ext(
         return Ok(None);
     }
     let media = crate::persist::Media::probe(addr, len).map_err(|e| (libc::EINVAL, e))?;
-    if persistent && !media.durable() {
-        let what = match media.kind() {
-            crate::persist::MediaKind::VolatileFile => {
-                "a file on a memory-only file system (tmpfs, ramfs or hugetlbfs)"
-            }
-            _ => "anonymous or private memory",
-        };
+    if let Some(why) = persistent.then(|| media.why_not_durable()).flatten() {
         return Err((
             libc::EINVAL,
             format!(
-                "IBV_ACCESS_FLUSH_PERSISTENT: {addr:#x}+{len} is {what}, which nothing can make \
-                 durable; map a file on a persistent file system (MAP_SHARED) instead"
+                "IBV_ACCESS_FLUSH_PERSISTENT: {why}; map a file on a persistent file system \
+                 (MAP_SHARED) instead"
             ),
         ));
     }
