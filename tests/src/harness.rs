@@ -246,36 +246,7 @@ pub fn run_pair(
     client: Command,
     timeout: Duration,
 ) -> Pair {
-    let deadline = Instant::now() + timeout;
-    let mut srv = spawn(server);
-    while !listening(server_ns, port) {
-        if Instant::now() >= deadline || matches!(srv.try_wait(), Ok(Some(_))) {
-            let _ = srv.kill();
-            let (server, _) = wait_until(srv, Instant::now());
-            let client = Output {
-                status: server.status,
-                stdout: Vec::new(),
-                stderr: b"client never started".to_vec(),
-            };
-            return Pair {
-                server,
-                client,
-                timed_out: true,
-                logs: None,
-            };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let cli = spawn(client);
-    let (client, ct) = wait_until(cli, deadline);
-    // Give the server a moment to finish after its client; kill it if it does not.
-    let (server, st) = wait_until(srv, deadline.max(Instant::now() + Duration::from_secs(5)));
-    Pair {
-        server,
-        client,
-        timed_out: ct || st,
-        logs: None,
-    }
+    run_pair_with(server, server_ns, port, client, timeout, None)
 }
 
 /// Two hosts: network namespaces joined by a veth pair, each with an xiw device.
@@ -436,6 +407,18 @@ pub fn run_pair_quick(
     timeout: Duration,
     grace: Duration,
 ) -> Pair {
+    run_pair_with(server, server_ns, port, client, timeout, Some(grace))
+}
+
+/// Both: with `grace`, a server whose client failed gets only that long more.
+fn run_pair_with(
+    server: Command,
+    server_ns: Option<&str>,
+    port: u16,
+    client: Command,
+    timeout: Duration,
+    grace: Option<Duration>,
+) -> Pair {
     let deadline = Instant::now() + timeout;
     let mut srv = spawn(server);
     while !listening(server_ns, port) {
@@ -458,10 +441,10 @@ pub fn run_pair_quick(
     }
     let cli = spawn(client);
     let (client, ct) = wait_until(cli, deadline);
-    let server_deadline = if client.status.success() {
-        deadline.max(Instant::now() + Duration::from_secs(5))
-    } else {
-        Instant::now() + grace
+    // Give the server a moment to finish after its client; kill it if it does not.
+    let server_deadline = match grace {
+        Some(g) if !client.status.success() => Instant::now() + g,
+        _ => deadline.max(Instant::now() + Duration::from_secs(5)),
     };
     let (server, st) = wait_until(srv, server_deadline);
     Pair {

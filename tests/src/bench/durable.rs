@@ -35,6 +35,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use xiw_tests::check::{self, hex};
 use xiw_tests::ibv::{self, sys, Context, Cq, ExOp, ExWr, Mapping, Mr, Qp, Reg};
 
 /// The size of the server's log file.
@@ -229,20 +230,9 @@ fn field<T: std::str::FromStr>(line: &str, key: &str) -> io::Result<T> {
         .ok_or_else(|| io::Error::other(format!("no {key}= in {line:?}")))
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
+/// A GID in hex, as the out-of-band messages carry it.
 fn unhex16(s: &str) -> io::Result<[u8; 16]> {
-    let mut g = [0u8; 16];
-    if s.len() != 32 {
-        return Err(io::Error::other(format!("bad GID {s:?}")));
-    }
-    for (i, b) in g.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
-            .map_err(|e| io::Error::other(format!("bad GID {s:?}: {e}")))?;
-    }
-    Ok(g)
+    check::unhex16(s).map_err(io::Error::other)
 }
 
 /// The device, a PD, a CQ and an RC QP in INIT that can build every

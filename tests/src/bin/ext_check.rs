@@ -45,9 +45,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use xiw_tests::ibv::{
-    self, sys, Context, Cq, ExOp, ExWr, Mapping, Mr, Pd, Qp, RecvWr, Reg, SendWr, Wc,
+use xiw_tests::check::{
+    fmt_wc, hex, mix, open_dev, payload, state_name, status_name, unhex16, Dev, POISON,
 };
+use xiw_tests::ibv::{self, sys, Cq, ExOp, ExWr, Mapping, Mr, Qp, RecvWr, Reg, SendWr, Wc};
 use xiwdv::{HashAlg, MrAttr};
 
 type Res<T = ()> = Result<T, String>;
@@ -305,47 +306,8 @@ impl Oob {
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Res<Vec<u8>> {
-    if s.len() % 2 == 1 {
-        return Err(format!("bad hex {s}"));
-    }
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| format!("bad hex {s}")))
-        .collect()
-}
-
-fn unhex16(s: &str) -> Res<[u8; 16]> {
-    unhex(s)?.try_into().map_err(|_| format!("bad GID {s}"))
-}
-
 // ---- shared helpers -----------------------------------------------------------
 
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A seed derived from a seed and a list of labels.
-fn mix(seed: u64, parts: &[u64]) -> u64 {
-    parts
-        .iter()
-        .fold(splitmix(seed), |acc, p| splitmix(acc ^ splitmix(*p)))
-}
-
-/// `len` pseudo-random bytes from `seed`.
-fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    fastrand::Rng::with_seed(seed).fill(&mut v);
-    v
-}
-
-const POISON: u8 = 0xa5;
 const REMOTE_ALL: u32 =
     sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_WRITE | sys::IBV_ACCESS_REMOTE_ATOMIC;
 const LOCAL: u32 = sys::IBV_ACCESS_LOCAL_WRITE;
@@ -353,74 +315,6 @@ const SIG: u32 = sys::IBV_SEND_SIGNALED;
 /// Outstanding RDMA Reads and atomics per QP, both directions.
 const RD_ATOMIC: u8 = 16;
 const WAIT: Duration = Duration::from_secs(20);
-
-fn status_name(s: u32) -> String {
-    format!("{} ({s})", ibv::wc_status_str(s))
-}
-
-fn fmt_wc(w: &Wc) -> String {
-    format!(
-        "wr_id={:#x} status={} opcode={} byte_len={} wc_flags={:#x} imm={:#x} vendor_err={}",
-        w.wr_id,
-        status_name(w.status),
-        w.opcode,
-        w.byte_len,
-        w.wc_flags,
-        w.imm_data,
-        w.vendor_err
-    )
-}
-
-fn state_name(s: u32) -> &'static str {
-    match s {
-        sys::IBV_QPS_RESET => "RESET",
-        sys::IBV_QPS_INIT => "INIT",
-        sys::IBV_QPS_RTR => "RTR",
-        sys::IBV_QPS_RTS => "RTS",
-        sys::IBV_QPS_SQD => "SQD",
-        sys::IBV_QPS_SQE => "SQE",
-        sys::IBV_QPS_ERR => "ERR",
-        _ => "?",
-    }
-}
-
-/// The device, its GID and a PD.
-struct Dev {
-    ctx: Context,
-    pd: Pd,
-    gid: [u8; 16],
-    attr: ibv::ibv_device_attr,
-}
-
-fn open_dev(a: &Args) -> Res<Dev> {
-    let ctx = Context::open(a.dev.as_deref()).map_err(|e| {
-        let names = ibv::device_names().unwrap_or_default();
-        format!("opening the RDMA device: {e} (libibverbs sees {names:?}; is SYSFS_PATH set?)")
-    })?;
-    // A link that was just brought up (a fresh veth) may take a moment to get
-    // its carrier, and the port follows the link.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let port = ctx
-            .query_port(1)
-            .map_err(|e| format!("ibv_query_port: {e}"))?;
-        if port.state == sys::IBV_PORT_ACTIVE {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!("port 1 of {} is not active after 10 s", ctx.name()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let gid = ctx
-        .query_gid(1, 0)
-        .map_err(|e| format!("ibv_query_gid: {e}"))?;
-    let attr = ctx
-        .query_device()
-        .map_err(|e| format!("ibv_query_device: {e}"))?;
-    let pd = ctx.alloc_pd().map_err(|e| format!("ibv_alloc_pd: {e}"))?;
-    Ok(Dev { ctx, pd, gid, attr })
-}
 
 fn cap(send: u32, recv: u32) -> ibv::ibv_qp_cap {
     ibv::ibv_qp_cap {
@@ -449,6 +343,20 @@ fn ex_qp(dev: &Dev, scq: &Cq, rcq: &Cq, send: u32, recv: u32, ops: u64) -> Res<Q
             xiwdv::last_error()
         )
     })
+}
+
+/// `n` client QPs on one send CQ: QP 0 posts through the ibv_wr_* builders of
+/// `ex_ops`, the others through ibv_post_send.
+fn client_qps(dev: &Dev, cq: &Cq, rcq: &Cq, n: usize, send: u32, ex_ops: u64) -> Res<Vec<Qp>> {
+    (0..n)
+        .map(|q| {
+            if q == 0 {
+                ex_qp(dev, cq, rcq, send, 16, ex_ops)
+            } else {
+                plain_qp(dev, cq, rcq, send, 16)
+            }
+        })
+        .collect()
 }
 
 /// Exchanges QPNs with the peer (same number of QPs, same order on both
@@ -675,7 +583,7 @@ mod fetch_add {
     }
 
     pub fn server(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let mr = Mr::new(&dev.pd, 4096, sys::IBV_ACCESS_REMOTE_ATOMIC | LOCAL)
             .map_err(|e| format!("ibv_reg_mr (REMOTE_ATOMIC): {e}"))?;
         write_u64(&mr, COUNTER, INITIAL);
@@ -771,7 +679,7 @@ mod fetch_add {
     }
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let (n, m) = (a.qps, a.iters);
         let (mut oob, hello, gid) =
             greet_server(a, &dev, &[("qps", n.to_string()), ("iters", m.to_string())])?;
@@ -788,15 +696,7 @@ mod fetch_add {
         let ex_ops = (sys::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
             | sys::IBV_QP_EX_WITH_RDMA_READ
             | sys::IBV_QP_EX_WITH_SEND) as u64;
-        let mut qps = Vec::new();
-        for q in 0..n {
-            // QP 0 posts through ibv_wr_atomic_fetch_add, the others through ibv_post_send.
-            qps.push(if q == 0 {
-                ex_qp(&dev, &cq, &rcq, 64, 16, ex_ops)?
-            } else {
-                plain_qp(&dev, &cq, &rcq, 64, 16)?
-            });
-        }
+        let qps = client_qps(&dev, &cq, &rcq, n, 64, ex_ops)?;
         connect(&mut oob, gid, &qps.iter().collect::<Vec<_>>())?;
         oob.recv("GO")?;
 
@@ -930,7 +830,7 @@ mod spinlock {
     const COUNTER: usize = 64;
 
     pub fn server(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let mr = Mr::new(&dev.pd, 4096, REMOTE_ALL | LOCAL)
             .map_err(|e| format!("ibv_reg_mr (REMOTE_ATOMIC|READ|WRITE): {e}"))?;
         let mut peers = greet_clients(
@@ -999,7 +899,7 @@ mod spinlock {
     const REL: u64 = 4;
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let (n, m) = (a.qps, a.iters);
         let (mut oob, hello, gid) =
             greet_server(a, &dev, &[("qps", n.to_string()), ("iters", m.to_string())])?;
@@ -1012,15 +912,7 @@ mod spinlock {
         let ex_ops = (sys::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
             | sys::IBV_QP_EX_WITH_RDMA_READ
             | sys::IBV_QP_EX_WITH_RDMA_WRITE) as u64;
-        let mut qps = Vec::new();
-        for q in 0..n {
-            // QP 0 posts through the ibv_wr_* builders, the others through ibv_post_send.
-            qps.push(if q == 0 {
-                ex_qp(&dev, &cq, &rcq, 16, 16, ex_ops)?
-            } else {
-                plain_qp(&dev, &cq, &rcq, 16, 16)?
-            });
-        }
+        let qps = client_qps(&dev, &cq, &rcq, n, 16, ex_ops)?;
         connect(&mut oob, gid, &qps.iter().collect::<Vec<_>>())?;
         oob.recv("GO")?;
 
@@ -1468,7 +1360,7 @@ mod masked {
     }
 
     pub fn server(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let mr = Mr::new(&dev.pd, 4096, REMOTE_ALL | LOCAL)
             .map_err(|e| format!("ibv_reg_mr (REMOTE_ATOMIC|READ|WRITE): {e}"))?;
         let initial = mix(a.seed, &[0x5eed]);
@@ -1517,7 +1409,7 @@ mod masked {
     }
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let (mut oob, hello, gid) = greet_server(a, &dev, &[])?;
         let rkey: u32 = hello.get("rkey")?;
         let addr = hello.hex("addr")?;
@@ -1854,7 +1746,7 @@ mod write_imm {
     }
 
     pub fn server(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let mut peers = greet_clients(a, &dev, &[])?;
         let p = &mut peers[0];
         let r: usize = p.hello.get("iters")?;
@@ -2030,7 +1922,7 @@ mod write_imm {
     }
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let r = a.iters;
         let (mut oob, _hello, gid) = greet_server(
             a,
@@ -2303,7 +2195,7 @@ mod commit {
 
     pub fn server(a: &Args) -> Res<String> {
         let path = need_file(a)?.to_path_buf();
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let len = file_len(a.records);
         let (_f, map) = zeroed_file_mapping(&path, len)?;
         let attr = MrAttr::verifiable(HashAlg::Crc32c);
@@ -2353,7 +2245,7 @@ mod commit {
     }
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let (mut oob, hello, gid) = greet_server(a, &dev, &[])?;
         let rkey: u32 = hello.get("rkey")?;
         let base = hello.hex("addr")?;
@@ -2490,7 +2382,7 @@ mod verify {
 
     pub fn server(a: &Args) -> Res<String> {
         let prefix = need_file(a)?.to_path_buf();
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let mut mrs = Vec::new();
         let mut kv = Vec::new();
         for (alg, name, _, _) in CASES {
@@ -2539,7 +2431,7 @@ mod verify {
     }
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let (mut oob, hello, gid) = greet_server(a, &dev, &[])?;
         let cq = new_cq(&dev, 32)?;
         let ops = sys::IBV_QP_EX_WITH_RDMA_WRITE as u64
@@ -2711,7 +2603,7 @@ mod errors {
 
     pub fn server(a: &Args) -> Res<String> {
         let prefix = need_file(a)?.to_path_buf();
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let atomic =
             Mr::new(&dev.pd, LEN, REMOTE_ALL | LOCAL).map_err(|e| format!("ibv_reg_mr: {e}"))?;
         let noatomic = Mr::new(
@@ -3121,7 +3013,7 @@ mod errors {
     }
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let (mut oob, hello, gid) = greet_server(a, &dev, &[])?;
         let mut passed = Vec::new();
         let mut failed = Vec::new();
@@ -3185,7 +3077,7 @@ mod refuse {
 
     /// Runs with XIW_EXTENSIONS=0 (set by the caller): a plain RFC 5040 RNIC.
     pub fn server(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let env = std::env::var("XIW_EXTENSIONS").unwrap_or_default();
         if env != "0" {
             return Err(format!(
@@ -3251,7 +3143,7 @@ mod refuse {
     }
 
     pub fn client(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let (mut oob, hello, gid) = greet_server(a, &dev, &[])?;
         let rkey: u32 = hello.get("rkey")?;
         let addr = hello.hex("addr")?;

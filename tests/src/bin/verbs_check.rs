@@ -34,7 +34,10 @@ use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use xiw_tests::ibv::{self, sys, Context, Cq, Mr, Pd, Qp, RecvWr, SendWr, Wc};
+use xiw_tests::check::{
+    fmt_wc, hex, mix, open_dev, payload, state_name, status_name, unhex16, Dev, POISON,
+};
+use xiw_tests::ibv::{self, sys, Cq, Mr, Qp, RecvWr, SendWr, Wc};
 
 type Res<T = ()> = Result<T, String>;
 
@@ -264,119 +267,10 @@ fn get<T: std::str::FromStr>(m: &HashMap<String, String>, k: &str) -> Res<T> {
         .map_err(|_| format!("peer message has a bad {k}"))
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex16(s: &str) -> Res<[u8; 16]> {
-    let mut g = [0u8; 16];
-    if s.len() != 32 {
-        return Err(format!("bad GID {s}"));
-    }
-    for (i, b) in g.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| format!("bad GID {s}"))?;
-    }
-    Ok(g)
-}
-
 // ---- shared helpers -----------------------------------------------------------
 
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// A seed derived from a seed and a list of labels.
-fn mix(seed: u64, parts: &[u64]) -> u64 {
-    parts
-        .iter()
-        .fold(splitmix(seed), |acc, p| splitmix(acc ^ splitmix(*p)))
-}
-
-/// `len` pseudo-random bytes from `seed`.
-fn payload(seed: u64, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    fastrand::Rng::with_seed(seed).fill(&mut v);
-    v
-}
-
-const POISON: u8 = 0xa5;
 const ALL_ACCESS: u32 =
     sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_READ | sys::IBV_ACCESS_REMOTE_WRITE;
-
-fn status_name(s: u32) -> String {
-    format!("{} ({s})", ibv::wc_status_str(s))
-}
-
-fn state_name(s: u32) -> &'static str {
-    match s {
-        sys::IBV_QPS_RESET => "RESET",
-        sys::IBV_QPS_INIT => "INIT",
-        sys::IBV_QPS_RTR => "RTR",
-        sys::IBV_QPS_RTS => "RTS",
-        sys::IBV_QPS_SQD => "SQD",
-        sys::IBV_QPS_SQE => "SQE",
-        sys::IBV_QPS_ERR => "ERR",
-        _ => "?",
-    }
-}
-
-fn fmt_wc(w: &Wc) -> String {
-    format!(
-        "wr_id={:#x} status={} opcode={} byte_len={} qp_num={} wc_flags={:#x} vendor_err={}",
-        w.wr_id,
-        status_name(w.status),
-        w.opcode,
-        w.byte_len,
-        w.qp_num,
-        w.wc_flags,
-        w.vendor_err
-    )
-}
-
-/// The device, its GID and a PD, plus the peer's GID.
-struct Dev {
-    ctx: Context,
-    pd: Pd,
-    gid: [u8; 16],
-    attr: ibv::ibv_device_attr,
-}
-
-fn open_dev(a: &Args) -> Res<Dev> {
-    let ctx = Context::open(a.dev.as_deref()).map_err(|e| {
-        let names = ibv::device_names().unwrap_or_default();
-        format!("opening the RDMA device: {e} (libibverbs sees {names:?}; is SYSFS_PATH set?)")
-    })?;
-    // A link that was just brought up (a fresh veth) may take a moment to get
-    // its carrier, and the port follows the link.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let port = ctx
-            .query_port(1)
-            .map_err(|e| format!("ibv_query_port: {e}"))?;
-        if port.state == sys::IBV_PORT_ACTIVE {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(format!(
-                "port 1 of {} is not active (state {}) after 5 s",
-                ctx.name(),
-                port.state
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let gid = ctx
-        .query_gid(1, 0)
-        .map_err(|e| format!("ibv_query_gid: {e}"))?;
-    let attr = ctx
-        .query_device()
-        .map_err(|e| format!("ibv_query_device: {e}"))?;
-    let pd = ctx.alloc_pd().map_err(|e| format!("ibv_alloc_pd: {e}"))?;
-    Ok(Dev { ctx, pd, gid, attr })
-}
 
 const RD_ATOMIC: u8 = 16;
 
@@ -741,7 +635,7 @@ mod integrity {
     }
 
     pub fn run(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let r = body(a, &dev);
         if let Err(e) = &r {
             // Before the context is closed: a provider in trouble could hang there.
@@ -2242,7 +2136,7 @@ mod errors {
     }
 
     pub fn run(a: &Args) -> Res<String> {
-        let dev = open_dev(a)?;
+        let dev = open_dev(a.dev.as_deref())?;
         let r = body(a, &dev);
         if let Err(e) = &r {
             // Before the context is closed: a provider in trouble could hang there.
