@@ -16,7 +16,8 @@ pub struct PendingRead {
     pub sq_idx: u32,
     pub sink_stag: u32,
     pub sink_to: u64,
-    pub sges: Vec<Sge>,
+    /// Shared, so that each Read Response segment takes it without a copy.
+    pub sges: std::sync::Arc<[Sge]>,
     pub length: u64,
     pub received: u64,
 }

@@ -715,7 +715,7 @@ impl Tx {
                     sq_idx: idx,
                     sink_stag,
                     sink_to,
-                    sges,
+                    sges: sges.into(),
                     length: wqe.length as u64,
                     received: 0,
                 });
