@@ -1188,21 +1188,25 @@ unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         q.detach_stream();
         q.lock_cm().close(sh);
         sh.unregister_qp(q.qpn);
-        // The progress thread may be finishing an event for this QP; its CQs, SRQ
-        // and PD are busy until it lets go, so wait for that (it never blocks long).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while Arc::strong_count(q) > 1 && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
-        }
-        let gone = Arc::downgrade(q);
+        // The progress thread (an event, a timer) or the media worker may still
+        // hold the QP for a moment. Its CQs, SRQ and PD are busy until the QP is
+        // gone, so drop it here, once this is the last reference (try_unwrap
+        // takes it atomically, so no timer can pick it up in between).
         // SAFETY: allocated by new_qp with Box; handed back once.
-        drop(unsafe { Box::from_raw(qp as *mut XiwQp) });
-        // A timer of the progress thread may have taken a reference between the
-        // wait and the drop: the QP, and the CQs and SRQ it holds, then live
-        // until it lets go. Wait for that too, so that the application can
-        // destroy them as soon as this returns.
-        while gone.strong_count() > 0 && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
+        let XiwQp { qp: mut q, .. } = *unsafe { Box::from_raw(qp as *mut XiwQp) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match Arc::try_unwrap(q) {
+                Ok(last) => {
+                    drop(last);
+                    break;
+                }
+                Err(still) if std::time::Instant::now() < deadline => {
+                    q = still;
+                    std::thread::yield_now();
+                }
+                Err(_) => break,
+            }
         }
         0
     })
