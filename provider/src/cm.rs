@@ -11,6 +11,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::context::Shared;
@@ -29,6 +30,8 @@ const PD_FLAG_EXTENSIONS: u32 = 1 << 0;
 /// The sender sends Send with Immediate as Immediate Data directly followed by
 /// its Send, and Immediate Data alone only right after an RDMA Write.
 const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
+/// Then, optionally, the connection attempt's stamp (older xiw sent none: 0).
+const PD_STAMP_LEN: usize = 8;
 
 /// A listening socket on the device address; returns it and its port.
 pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
@@ -68,6 +71,23 @@ pub fn request_target(frame: &[u8]) -> Option<u32> {
     parse_private(req.private_data, req.enhanced, req.revision).map(|p| p.to)
 }
 
+/// An MPA Request xiw can take: well formed, no markers, xiw's private data.
+fn parse_request(frame: &[u8]) -> Option<Request> {
+    let pkt = mpa::Packet::new_checked(frame).ok()?;
+    let req = mpa::FrameRepr::parse(&pkt).ok()?;
+    if req.kind != mpa::FrameKind::Request || req.markers {
+        return None;
+    }
+    let p = parse_private(req.private_data, req.enhanced, req.revision)?;
+    Some(Request {
+        crc: req.crc,
+        ird: p.ird,
+        initiator_qpn: p.from,
+        flags: p.flags,
+        stamp: p.stamp,
+    })
+}
+
 /// Turns a connection away with an MPA Reply carrying the Reject bit.
 pub fn send_reject(fd: RawFd) {
     let frame = mpa::FrameRepr {
@@ -90,26 +110,51 @@ enum Phase {
     Connecting,
     AwaitReply,
     AwaitRequest,
-    HaveRequest,
     Established,
     Closed,
 }
 
+/// At most this many Requests wait for a QP's RTR; the oldest is turned away.
+const MAX_HELD: usize = 8;
+
+/// An MPA Request as xiw reads it.
 struct Request {
     crc: bool,
     ird: u32,
     initiator_qpn: u32,
     flags: u32,
+    /// Which connection attempt of the initiator (0: a peer that sends none).
+    stamp: u64,
 }
 
+/// A connection whose Request named this QP, not answered yet.
+struct Held {
+    sock: OwnedFd,
+    req: Request,
+    from: Option<IpAddr>,
+}
+
+/// One QP's connection setup. A connection belongs to one attempt of one QP,
+/// not to a QP number (numbers are reused at once): every Request carries the
+/// initiator's attempt stamp, which grows with every attempt on the host, and
+/// the Reply echoes it. A responder answers only at RTR, the newest Request
+/// from the peer it was given, and stays ready to drop that stream for a newer
+/// attempt of the same peer until the initiator's first FPDU arrives (see
+/// [`Cm::tentative`]): a Request sent by a QP that was destroyed before its
+/// connection came up can then never take the place of its successor's.
 pub struct Cm {
+    /// The connecting socket (initiator) or the answered stream (responder).
     sock: Option<OwnedFd>,
     phase: Phase,
+    initiator: bool,
     buf: Vec<u8>,
     pub deadline: Option<Instant>,
     retry_at: Option<Instant>,
     peer: Option<(IpAddr, u32)>,
-    request: Option<Request>,
+    /// Requests addressed to this QP before it knew its peer, or while waiting.
+    held: Vec<Held>,
+    /// The stamp of the attempt this QP made (initiator) or answered (responder).
+    stamp: u64,
     /// The peer closed its end: the QP fails at this time.
     linger_until: Option<Instant>,
 }
@@ -119,11 +164,13 @@ impl Default for Cm {
         Cm {
             sock: None,
             phase: Phase::Idle,
+            initiator: false,
             buf: Vec::new(),
             deadline: None,
             retry_at: None,
             peer: None,
-            request: None,
+            held: Vec::new(),
+            stamp: 0,
             linger_until: None,
         }
     }
@@ -134,12 +181,15 @@ impl Cm {
         self.phase == Phase::Established
     }
 
+    /// The responder's stream is up but the initiator's first FPDU has not come:
+    /// the stream may still belong to an attempt that was abandoned.
+    pub fn tentative(&self, qp: &Qp) -> bool {
+        self.phase == Phase::Established && !self.initiator && qp.lock_rx().expect_rtr
+    }
+
     /// RTR: start connecting to (or waiting for) the peer.
     pub fn start(&mut self, qp: &Qp, peer_addr: IpAddr, peer_qpn: u32) -> Result<(), String> {
-        if self.phase != Phase::Idle
-            && self.phase != Phase::AwaitRequest
-            && self.phase != Phase::HaveRequest
-        {
+        if self.phase != Phase::Idle && self.phase != Phase::AwaitRequest {
             return Ok(());
         }
         let sh = &qp.sh;
@@ -150,16 +200,13 @@ impl Cm {
         if (peer_addr, peer_qpn) == me {
             return Err("a QP cannot connect to itself".into());
         }
-        if me < (peer_addr, peer_qpn) {
+        self.initiator = me < (peer_addr, peer_qpn);
+        if self.initiator {
+            self.turn_away(qp, |_| true);
             self.connect(qp).map_err(|e| format!("connect: {e}"))
         } else {
-            if self.phase == Phase::HaveRequest {
-                return self.answer_request(qp);
-            }
-            if self.phase == Phase::Idle {
-                self.phase = Phase::AwaitRequest;
-            }
-            Ok(())
+            self.phase = Phase::AwaitRequest;
+            self.answer_newest(qp)
         }
     }
 
@@ -192,18 +239,25 @@ impl Cm {
 
     /// The context accepted a connection whose MPA Request names this QP.
     pub fn adopt(&mut self, qp: &Qp, fd: OwnedFd, frame: &[u8]) -> Result<(), String> {
+        let req = parse_request(frame);
         crate::log::debug(
             &qp.sh,
             format_args!(
-                "qp {}: incoming connection in phase {:?}",
-                qp.qpn, self.phase
+                "qp {}: incoming connection in phase {:?}, attempt {:?}",
+                qp.qpn,
+                self.phase,
+                req.as_ref().map(|r| (r.initiator_qpn, r.stamp))
             ),
         );
-        let passive = matches!(self.phase, Phase::Idle | Phase::AwaitRequest);
-        if !passive || self.sock.is_some() {
+        let open = match self.phase {
+            Phase::Idle | Phase::AwaitRequest => true,
+            Phase::Established => self.tentative(qp),
+            _ => false,
+        };
+        let Some(req) = req.filter(|_| open) else {
             send_reject(fd.as_raw_fd());
             return Ok(());
-        }
+        };
         if qp
             .sh
             .watch_cm(fd.as_raw_fd(), qp.qpn, false, false)
@@ -211,24 +265,31 @@ impl Cm {
         {
             return Ok(());
         }
-        self.sock = Some(fd);
-        if self.on_request(frame).is_err() {
-            self.reject(qp);
+        if self.held.len() >= MAX_HELD {
+            let oldest = (0..self.held.len())
+                .min_by_key(|&i| self.held[i].req.stamp)
+                .expect("held is full");
+            let h = self.held.swap_remove(oldest);
+            refuse(qp, h.sock);
+        }
+        let from = peer_addr_of(fd.as_raw_fd()).map(|a| canonical(a.ip()));
+        self.held.push(Held {
+            sock: fd,
+            req,
+            from,
+        });
+        if self.phase == Phase::Idle {
             return Ok(());
         }
-        if self.phase == Phase::AwaitRequest {
-            self.answer_request(qp)
-        } else {
-            self.phase = Phase::HaveRequest;
-            Ok(())
-        }
+        self.answer_newest(qp)
     }
 
-    /// The connection socket has an event before the QP is established.
+    /// The connection socket (or a held one) has an event before the QP is established.
     pub fn on_sock(&mut self, qp: &Qp, writable: bool) -> Result<(), String> {
+        self.forget_dead(qp);
         match self.phase {
             Phase::Connecting if writable => {
-                let fd = self.sock.as_ref().map(|s| s.as_raw_fd()).unwrap_or(-1);
+                let fd = self.sock_fd();
                 let err = get_int(fd, libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(libc::EIO);
                 if err == libc::ECONNREFUSED || err == libc::ECONNRESET {
                     // The peer may not be listening yet (or is between attempts): retry.
@@ -253,21 +314,41 @@ impl Cm {
                 Ok(None) => Ok(()),
                 Err(e) => Err(format!("reading MPA reply: {e}")),
             },
-            Phase::HaveRequest | Phase::Idle | Phase::AwaitRequest if self.sock.is_some() => {
-                crate::log::debug(
-                    &qp.sh,
-                    format_args!("qp {}: initiator went away before the reply", qp.qpn),
-                );
-                // The initiator waits for our Reply: anything readable now is its
-                // close (or a protocol violation); forget the connection either way.
-                self.drop_sock(qp);
-                self.request = None;
-                if self.phase == Phase::HaveRequest {
-                    self.phase = Phase::Idle;
-                }
-                Ok(())
-            }
             _ => Ok(()),
+        }
+    }
+
+    /// Drops held connections whose initiator went away: it waits for the
+    /// Reply, so anything readable is its close (or a protocol violation).
+    fn forget_dead(&mut self, qp: &Qp) {
+        let mut i = 0;
+        while i < self.held.len() {
+            let fd = self.held[i].sock.as_raw_fd();
+            let mut b = [0u8; 1];
+            // SAFETY: a one-byte peek into a live buffer on a socket we own.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    b.as_mut_ptr() as *mut libc::c_void,
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            let alive = n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
+            if alive {
+                i += 1;
+                continue;
+            }
+            let h = self.held.swap_remove(i);
+            crate::log::debug(
+                &qp.sh,
+                format_args!(
+                    "qp {}: initiator QP {} (attempt {}) went away before the reply",
+                    qp.qpn, h.req.initiator_qpn, h.req.stamp
+                ),
+            );
+            qp.sh.unwatch(fd);
+            abort_stream(h.sock);
         }
     }
 
@@ -307,12 +388,30 @@ impl Cm {
     fn drop_sock(&mut self, qp: &Qp) {
         if let Some(s) = self.sock.take() {
             qp.sh.unwatch(s.as_raw_fd());
+            abort_stream(s);
         }
         self.buf.clear();
     }
 
-    fn private_data(qp: &Qp, ird: u32, ord: u32, to_qpn: u32) -> Vec<u8> {
-        let mut pd = vec![0u8; mpa::ENHANCED_LEN + PD_LEN + PD_FLAGS_LEN];
+    /// Turns away the held Requests `which` picks.
+    fn turn_away(&mut self, qp: &Qp, which: impl Fn(&Held) -> bool) {
+        let (gone, keep): (Vec<Held>, Vec<Held>) =
+            std::mem::take(&mut self.held).into_iter().partition(which);
+        self.held = keep;
+        for h in gone {
+            crate::log::debug(
+                &qp.sh,
+                format_args!(
+                    "qp {}: refusing a connection from {:?} QP {} (attempt {})",
+                    qp.qpn, h.from, h.req.initiator_qpn, h.req.stamp
+                ),
+            );
+            refuse(qp, h.sock);
+        }
+    }
+
+    fn private_data(qp: &Qp, ird: u32, ord: u32, to_qpn: u32, stamp: u64) -> Vec<u8> {
+        let mut pd = vec![0u8; mpa::ENHANCED_LEN + PD_LEN + PD_FLAGS_LEN + PD_STAMP_LEN];
         mpa::EnhancedParams {
             ird: ird as u16,
             ord: ord as u16,
@@ -329,6 +428,7 @@ impl Cm {
             0
         };
         pd[16..20].copy_from_slice(&flags.to_be_bytes());
+        pd[20..28].copy_from_slice(&stamp.to_be_bytes());
         pd
     }
 
@@ -341,7 +441,8 @@ impl Cm {
     fn send_request(&mut self, qp: &Qp) -> io::Result<()> {
         let (_, peer_qpn) = self.peer.expect("peer known");
         let (ird, ord) = local_ird_ord(qp);
-        let pd = Self::private_data(qp, ird, ord, peer_qpn);
+        self.stamp = qp.sh.next_stamp();
+        let pd = Self::private_data(qp, ird, ord, peer_qpn, self.stamp);
         self.send_frame(&mpa::FrameRepr {
             kind: mpa::FrameKind::Request,
             markers: false,
@@ -368,52 +469,52 @@ impl Cm {
         let p = parse_private(rep.private_data, rep.enhanced, rep.revision)
             .filter(|p| Some(p.from) == self.peer.map(|p| p.1) && p.to == qp.qpn)
             .ok_or("the MPA reply is not from the expected QP")?;
+        if p.stamp != 0 && p.stamp != self.stamp {
+            return Err("the MPA reply answers another connection attempt".into());
+        }
         self.establish(qp, true, rep.crc, p.ird, p.flags);
         Ok(())
     }
 
-    fn on_request(&mut self, frame: &[u8]) -> Result<(), ()> {
-        let pkt = mpa::Packet::new_checked(frame).map_err(drop)?;
-        let req = mpa::FrameRepr::parse(&pkt).map_err(drop)?;
-        if req.kind != mpa::FrameKind::Request || req.markers {
-            return Err(());
-        }
-        let p = parse_private(req.private_data, req.enhanced, req.revision).ok_or(())?;
-        self.request = Some(Request {
-            crc: req.crc,
-            ird: p.ird,
-            initiator_qpn: p.from,
-            flags: p.flags,
+    /// Responder at RTR: turns away every held Request that is not from the
+    /// peer, and answers the newest attempt of the peer (unless the stream
+    /// answered already is newer), turning the older ones away.
+    fn answer_newest(&mut self, qp: &Qp) -> Result<(), String> {
+        let (peer_addr, peer_qpn) = self.peer.expect("peer known at RTR");
+        let peer_addr = canonical(peer_addr);
+        self.turn_away(qp, |h| {
+            h.req.initiator_qpn != peer_qpn || h.from != Some(peer_addr)
         });
-        Ok(())
-    }
-
-    /// Passive side at RTR with a request in hand: check it names this QP and
-    /// comes from the expected peer, then reply.
-    fn answer_request(&mut self, qp: &Qp) -> Result<(), String> {
-        let Some(req) = self.request.take() else {
+        let Some(newest) = (0..self.held.len()).max_by_key(|&i| self.held[i].req.stamp) else {
             return Ok(());
         };
-        let (peer_addr, peer_qpn) = self.peer.expect("peer known at RTR");
-        let from = peer_addr_of(self.sock_fd()).map(|a| a.ip());
-        let from_ok = from
-            .map(|a| canonical(a) == canonical(peer_addr))
-            .unwrap_or(false);
-        if req.initiator_qpn != peer_qpn || !from_ok {
+        let floor = if self.phase == Phase::Established {
+            self.stamp
+        } else {
+            0
+        };
+        let h = self.held.swap_remove(newest);
+        self.turn_away(qp, |_| true);
+        if self.phase == Phase::Established {
+            if h.req.stamp <= floor {
+                refuse(qp, h.sock);
+                return Ok(());
+            }
             crate::log::debug(
                 &qp.sh,
                 format_args!(
-                    "qp {}: refusing a connection from {from:?} QP {}",
-                    qp.qpn, req.initiator_qpn
+                    "qp {}: attempt {} of QP {peer_qpn} replaces attempt {}",
+                    qp.qpn, h.req.stamp, self.stamp
                 ),
             );
-            self.reject(qp);
-            self.phase = Phase::AwaitRequest;
-            return Ok(());
+            self.withdraw(qp);
         }
+        let req = h.req;
+        self.sock = Some(h.sock);
+        self.stamp = req.stamp;
         let crc = req.crc || qp.sh.cfg.crc;
         let (ird, ord) = local_ird_ord(qp);
-        let pd = Self::private_data(qp, ird, ord.min(req.ird), peer_qpn);
+        let pd = Self::private_data(qp, ird, ord.min(req.ird), peer_qpn, req.stamp);
         self.send_frame(&mpa::FrameRepr {
             kind: mpa::FrameKind::Reply,
             markers: false,
@@ -428,10 +529,34 @@ impl Cm {
         Ok(())
     }
 
-    fn reject(&mut self, qp: &Qp) {
-        send_reject(self.sock_fd());
-        self.request = None;
+    /// Drops a tentative stream and waits again for the peer (until the
+    /// original deadline), answering at once if a newer attempt is held.
+    fn withdraw(&mut self, qp: &Qp) {
+        qp.detach_stream();
+        qp.rx_eof.store(false, Ordering::Release);
         self.drop_sock(qp);
+        self.phase = Phase::AwaitRequest;
+        self.linger_until = None;
+        qp.sh.add_timer(qp);
+    }
+
+    /// The tentative stream failed before the initiator's first FPDU: that
+    /// attempt was abandoned. Wait for (or answer) the next; true if so, false
+    /// if the stream was not tentative (the caller fails the QP).
+    pub fn reopen(&mut self, qp: &Qp) -> Result<bool, String> {
+        if !self.tentative(qp) {
+            return Ok(false);
+        }
+        crate::log::debug(
+            &qp.sh,
+            format_args!(
+                "qp {}: attempt {} ended before its first FPDU; waiting for the next",
+                qp.qpn, self.stamp
+            ),
+        );
+        self.withdraw(qp);
+        self.forget_dead(qp);
+        self.answer_newest(qp).map(|()| true)
     }
 
     /// MPA is done: hand the stream to the data path.
@@ -460,14 +585,19 @@ impl Cm {
             t.ird_max = ird;
         }
         self.phase = Phase::Established;
-        self.deadline = None;
+        // A responder keeps its deadline: should this attempt turn out to be an
+        // abandoned one, it waits for the next until then.
+        if initiator {
+            self.deadline = None;
+        }
         crate::log::debug(
             &qp.sh,
             format_args!(
-                "qp {}: connected to {:?} ({}, CRC {})",
+                "qp {}: connected to {:?} ({}, attempt {}, CRC {})",
                 qp.qpn,
                 self.peer,
                 if initiator { "initiator" } else { "responder" },
+                self.stamp,
                 if crc { "on" } else { "off" }
             ),
         );
@@ -488,19 +618,29 @@ impl Cm {
         true
     }
 
-    /// Ends the stream gracefully: the context sends what is queued, then FIN,
-    /// and keeps reading until the peer's FIN (see [`Shared::close_gracefully`]),
-    /// so no byte already reported sent is lost to a reset. The caller has made
+    /// Ends the stream: an established one gracefully (the context sends what
+    /// is queued, then FIN, and keeps reading until the peer's FIN, see
+    /// [`Shared::close_gracefully`], so no byte already reported sent is lost to
+    /// a reset); one still being set up, and every held one, with a reset, so
+    /// the peer learns at once that this attempt is over. The caller has made
     /// sure the data path no longer uses the descriptor.
     pub fn close(&mut self, sh: &Shared) {
         if let Some(s) = self.sock.take() {
             sh.unwatch(s.as_raw_fd());
-            sh.close_gracefully(s);
+            if self.phase == Phase::Established {
+                sh.close_gracefully(s);
+            } else {
+                abort_stream(s);
+            }
+        }
+        for h in self.held.drain(..) {
+            sh.unwatch(h.sock.as_raw_fd());
+            abort_stream(h.sock);
         }
         self.phase = Phase::Closed;
-        self.deadline = None;
         self.retry_at = None;
         self.linger_until = None;
+        self.deadline = None;
     }
 
     /// Back to RESET: forget the stream and the peer (the listener and QPN stay).
@@ -508,9 +648,35 @@ impl Cm {
         self.close(sh);
         self.phase = Phase::Idle;
         self.peer = None;
-        self.request = None;
+        self.stamp = 0;
         self.buf.clear();
     }
+}
+
+/// Turns a held connection away with the MPA reject, then drops it.
+fn refuse(qp: &Qp, sock: OwnedFd) {
+    send_reject(sock.as_raw_fd());
+    qp.sh.unwatch(sock.as_raw_fd());
+}
+
+/// Closes a stream with a reset (SO_LINGER 0): for connections that never
+/// carried data, so nothing reported sent can be lost.
+fn abort_stream(sock: OwnedFd) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt with a pointer to a live struct linger of the given size.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &l as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as u32,
+        )
+    };
+    drop(sock);
 }
 
 /// Reads exactly one MPA Request/Reply frame into `buf`; `None` until it is complete.
@@ -578,6 +744,7 @@ struct Private {
     from: u32,
     to: u32,
     flags: u32,
+    stamp: u64,
 }
 
 fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<Private> {
@@ -596,11 +763,17 @@ fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<Private> {
         .get(PD_LEN..PD_LEN + PD_FLAGS_LEN)
         .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
         .unwrap_or(0);
+    let at = PD_LEN + PD_FLAGS_LEN;
+    let stamp = rest
+        .get(at..at + PD_STAMP_LEN)
+        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+        .unwrap_or(0);
     Some(Private {
         ird,
         from,
         to,
         flags,
+        stamp,
     })
 }
 

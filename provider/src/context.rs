@@ -117,6 +117,8 @@ pub struct Shared {
     /// Application handles of CQs and SRQs, for async events.
     handles: Mutex<HashMap<u32, usize>>,
     ids: AtomicU32,
+    /// The last connection-attempt stamp handed out (see [`Shared::next_stamp`]).
+    stamp: AtomicU64,
     ports: Mutex<Vec<PortSlot>>,
     /// QPs with a failure waiting for the progress thread.
     failed: Mutex<Vec<u32>>,
@@ -234,6 +236,7 @@ impl Shared {
             has_timers: AtomicBool::new(false),
             handles: Mutex::new(HashMap::new()),
             ids: AtomicU32::new(1),
+            stamp: AtomicU64::new(0),
             ports: Mutex::new(Vec::new()),
             failed: Mutex::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),
@@ -254,6 +257,24 @@ impl Shared {
 
     pub fn next_id(&self) -> u32 {
         self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A stamp for a new connection attempt: larger than every earlier one of
+    /// this context, and (from the wall clock, in microseconds) than those of
+    /// contexts that came before it, so of two attempts by one QP number the
+    /// later one always has the larger stamp.
+    pub fn next_stamp(&self) -> u64 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let prev = self
+            .stamp
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                Some(now.max(s + 1))
+            })
+            .expect("always Some");
+        now.max(prev + 1)
     }
 
     pub fn qp(&self, qpn: u32) -> Option<Arc<Qp>> {

@@ -19,7 +19,17 @@ pub fn warn(sh: &Shared, args: fmt::Arguments) {
 
 fn emit(sh: &Shared, level: u32, args: fmt::Arguments) {
     if sh.cfg.debug {
-        eprintln!("xiw: {}: {}", sh.dev.ibdev, args);
+        // Wall-clock time, so the lines of two processes can be lined up.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        eprintln!(
+            "{}.{:06} xiw: {}: {}",
+            t.as_secs(),
+            t.subsec_micros(),
+            sh.dev.ibdev,
+            args
+        );
         return;
     }
     let vctx = sh.vctx.load(Ordering::Acquire);

@@ -192,13 +192,32 @@ impl Qp {
         &self,
         wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
     ) -> Result<(), (usize, i32)> {
+        self.post_send_with(wqes, 0)
+    }
+
+    /// Posts all of `items` or, when the queue lacks room or the QP is in RESET,
+    /// none of them (`ibv_wr_complete`).
+    pub fn post_batch(&self, items: Vec<(SendWqe, SendBody)>) -> Result<(), (usize, i32)> {
+        let n = items.len();
+        self.post_send_with(&mut items.into_iter().map(Ok), n)
+    }
+
+    fn post_send_with(
+        &self,
+        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
+        need_room: usize,
+    ) -> Result<(), (usize, i32)> {
         self.sh.note_app_cpu();
         // Posting is allowed from INIT on; the WQEs wait for the connection (IB verbs 11.4.1.1).
         if self.state() == IBV_QPS_RESET {
             return Err((0, libc::EINVAL));
         }
+        let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
         let guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
         let mut p = self.sq.producer();
+        if need_room as u64 > u64::from(limit - p.wrapping_sub(self.sq.consumer()).min(limit)) {
+            return Err((0, libc::ENOMEM));
+        }
         let mut result = Ok(());
         for (i, item) in wqes.enumerate() {
             let (mut wqe, body) = match item {
@@ -208,9 +227,7 @@ impl Qp {
                     break;
                 }
             };
-            if p.wrapping_sub(self.sq.consumer())
-                >= self.caps.max_send_wr.max(1).min(self.sq.entries)
-            {
+            if p.wrapping_sub(self.sq.consumer()) >= limit {
                 result = Err((i, libc::ENOMEM));
                 break;
             }
@@ -424,6 +441,16 @@ impl Qp {
     /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
     /// Must be called with none of this QP's locks held.
     pub fn fail_with(&self, f: rx::Fail) {
+        if f.term.is_none() {
+            // A responder's stream that ends before the initiator's first FPDU
+            // belonged to an abandoned attempt: wait for the next one instead.
+            let r = self.lock_cm().reopen(self);
+            match r {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(why) => return self.fail(&why, None, None, IBV_EVENT_QP_FATAL),
+            }
+        }
         if f.linger && self.lock_cm().linger(self) {
             return;
         }

@@ -307,6 +307,10 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
     if rx.expect_rtr {
         // The peer's ready-to-receive message (RFC 6581 section 6): a zero-length Write.
         rx.expect_rtr = false;
+        crate::log::debug(
+            &qp.sh,
+            format_args!("qp {}: first FPDU (opcode {opcode:?}) came", qp.qpn),
+        );
         if opcode == Some(rdmap::Opcode::Write) && payload.is_empty() {
             let mut tx = qp.lock_tx();
             tx.gate = false;

@@ -9,7 +9,8 @@ use std::mem::{size_of, ManuallyDrop};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::ThreadId;
 
 use xiw_abi::driver::*;
 use xiw_abi::ring::{op, wqe_flag, Cqe, SendWqe, Sge};
@@ -90,7 +91,25 @@ pub struct XiwCq {
 pub struct XiwQp {
     pub vqp: verbs_qp,
     pub qp: Arc<Qp>,
-    batch: Mutex<Batch>,
+    /// `ibv_wr_start` .. `ibv_wr_complete`/`ibv_wr_abort`: a per-QP critical
+    /// section (ibv_wr_post(3), CONCURRENCY) and the batch built inside it.
+    section: Mutex<Section>,
+    section_free: Condvar,
+}
+
+/// Who is between `wr_start` and `wr_complete`/`wr_abort`, and what they built.
+#[derive(Default)]
+struct Section {
+    owner: Option<ThreadId>,
+    batch: Batch,
+}
+
+thread_local! {
+    static THREAD: ThreadId = std::thread::current().id();
+}
+
+fn this_thread() -> ThreadId {
+    THREAD.with(|t| *t)
 }
 
 #[repr(C)]
@@ -1107,7 +1126,8 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
     let b = Box::into_raw(Box::new(XiwQp {
         vqp: v,
         qp: q.clone(),
-        batch: Mutex::new(Batch::default()),
+        section: Mutex::new(Section::default()),
+        section_free: Condvar::new(),
     }));
     // SAFETY: b is fresh; its pthread objects are initialised before anyone uses them.
     unsafe {
@@ -1519,18 +1539,34 @@ unsafe fn qpx<'a>(q: *mut ibv_qp_ex) -> &'a XiwQp {
     unsafe { &*(q as *mut XiwQp) }
 }
 
+impl XiwQp {
+    fn lock_section(&self) -> std::sync::MutexGuard<'_, Section> {
+        self.section.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs a builder on the batch of the calling thread's section; a builder
+/// called outside `wr_start` .. `wr_complete` is ignored (another thread may be
+/// building its own batch on this QP).
 fn with_batch(q: *mut ibv_qp_ex, f: impl FnOnce(&XiwQp, &mut Batch)) {
     guard((), || {
         // SAFETY: ours.
         let x = unsafe { qpx(q) };
-        let mut b = x.batch.lock().unwrap_or_else(|e| e.into_inner());
-        f(x, &mut b)
+        let mut sec = x.lock_section();
+        if sec.owner != Some(this_thread()) {
+            crate::log::debug(
+                &x.qp.sh,
+                format_args!("qp {}: ibv_wr_* outside ibv_wr_start: ignored", x.qp.qpn),
+            );
+            return;
+        }
+        f(x, &mut sec.batch)
     })
 }
 
 /// Starts a new WR with the wr_id and flags the application set on the QP.
 fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
-    // SAFETY: ours; wr_id/wr_flags are plain fields the application just wrote.
+    // SAFETY: ours; wr_id/wr_flags are plain fields the section's owner just wrote.
     let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
     with_batch(q, |x, b| {
         b.seal(&x.qp, Vec::new(), false);
@@ -1544,21 +1580,52 @@ fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
     })
 }
 
+/// Enters the QP's critical section, waiting while another thread is in it.
 unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
-    with_batch(q, |_, b| *b = Batch::default())
+    guard((), || {
+        // SAFETY: ours.
+        let x = unsafe { qpx(q) };
+        let me = this_thread();
+        let mut sec = x.lock_section();
+        while sec.owner.is_some_and(|o| o != me) {
+            sec = x.section_free.wait(sec).unwrap_or_else(|e| e.into_inner());
+        }
+        // A second wr_start without wr_complete starts over.
+        sec.owner = Some(me);
+        sec.batch = Batch::default();
+    })
 }
 
+/// Leaves the section if the calling thread holds it; its batch, if so.
+fn leave_section(x: &XiwQp) -> Option<Batch> {
+    let mut sec = x.lock_section();
+    if sec.owner != Some(this_thread()) {
+        return None;
+    }
+    sec.owner = None;
+    let batch = std::mem::take(&mut sec.batch);
+    drop(sec);
+    x.section_free.notify_one();
+    Some(batch)
+}
+
+/// Leaves the section, then posts its batch: all of it, or (on an error) none.
 unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
     guard(libc::EIO, || {
         // SAFETY: ours.
         let x = unsafe { qpx(q) };
-        let mut batch = std::mem::take(&mut *x.batch.lock().unwrap_or_else(|e| e.into_inner()));
+        let Some(mut batch) = leave_section(x) else {
+            crate::log::debug(
+                &x.qp.sh,
+                format_args!("qp {}: ibv_wr_complete without ibv_wr_start", x.qp.qpn),
+            );
+            return libc::EINVAL;
+        };
         batch.seal(&x.qp, Vec::new(), false);
         if batch.err != 0 {
             return batch.err;
         }
-        let mut it = batch.items.into_iter().map(Ok);
-        match x.qp.post_send(&mut it) {
+        match x.qp.post_batch(batch.items) {
             Ok(()) => 0,
             Err((i, e)) => {
                 crate::log::debug(
@@ -1572,7 +1639,10 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
 }
 
 unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
-    with_batch(q, |_, b| *b = Batch::default())
+    guard((), || {
+        // SAFETY: ours.
+        leave_section(unsafe { qpx(q) });
+    })
 }
 
 unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {

@@ -1,0 +1,102 @@
+//! Many application threads on one process's xiw objects, as MPI with
+//! THREAD_MULTIPLE, SPDK or libfabric use them: `tests/c/xiw_threads.c`, a C
+//! program on the real libibverbs, run on the shared `lo` device.
+//!
+//! - `qpex`: several threads build and post batches on one extended QP
+//!   (`ibv_wr_start` .. `ibv_wr_complete` is a per-QP critical section).
+//! - `churn`: threads create, connect and destroy QP pairs beside steady
+//!   traffic; QP numbers are reused at once on both sides, so a connection
+//!   must belong to one QP, not to a number.
+//!
+//! By hand (after `pkg/install.sh`):
+//!
+//! ```text
+//! gcc -O2 -pthread -o xiw_threads tests/c/xiw_threads.c -libverbs
+//! eval "$(xiw up --netdev lo --root /run/xiw/mine)"
+//! ./xiw_threads qpex 4 20000
+//! ./xiw_threads churn 8 4
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use xiw_tests::harness::{lo_device, serial, wait_until};
+
+const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The program, built once from the repository's source, warnings as errors.
+fn program() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xiw-threads");
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("xiw_threads");
+        let out = Command::new("gcc")
+            .args([
+                "-std=gnu11",
+                "-O2",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pthread",
+            ])
+            .arg("-o")
+            .arg(&bin)
+            .arg(format!("{REPO}/tests/c/xiw_threads.c"))
+            .arg("-libverbs")
+            .output()
+            .expect("running gcc");
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "building xiw_threads.c failed ({:?}):\n{}",
+            out.status,
+            text(&out.stderr)
+        );
+        bin
+    })
+}
+
+/// Runs the program with `args` on the `lo` device; fails the test with its
+/// output unless it exits 0 within `limit`.
+fn run(args: &[&str], limit: Duration) {
+    let dev = lo_device();
+    let mut c = dev.cmd(program().to_str().unwrap());
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = c.spawn().expect("starting xiw_threads");
+    let (out, killed) = wait_until(child, Instant::now() + limit);
+    let report = format!(
+        "xiw_threads {args:?}: {:?}{}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        if killed { " (killed: hung)" } else { "" },
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(!killed && out.status.success(), "{report}");
+    eprintln!("{}", text(&out.stdout).trim());
+}
+
+#[test]
+fn qpex_many_threads_one_qp() {
+    let _g = serial();
+    for (threads, batches) in [("4", "20000"), ("8", "8000"), ("16", "3000")] {
+        run(&["qpex", threads, batches], Duration::from_secs(120));
+    }
+}
+
+#[test]
+fn churn_beside_steady_traffic() {
+    let _g = serial();
+    // Three rounds: the race it guards against is timing-dependent.
+    for _ in 0..3 {
+        run(&["churn", "8", "4"], Duration::from_secs(60));
+    }
+}
