@@ -193,17 +193,21 @@ impl Cm {
             return Ok(());
         }
         let sh = &qp.sh;
-        self.peer = Some((peer_addr, peer_qpn));
-        self.deadline = Some(Instant::now() + sh.cfg.connect_timeout);
-        sh.add_timer(qp);
         let me = (sh.dev.addr, qp.qpn);
         if (peer_addr, peer_qpn) == me {
             return Err("a QP cannot connect to itself".into());
         }
+        self.peer = Some((peer_addr, peer_qpn));
+        self.deadline = Some(Instant::now() + sh.cfg.connect_timeout);
+        sh.add_timer(qp);
         self.initiator = me < (peer_addr, peer_qpn);
         if self.initiator {
             self.turn_away(qp, |_| true);
-            self.connect(qp).map_err(|e| format!("connect: {e}"))
+            self.connect(qp).map_err(|e| {
+                // A failed RTR leaves nothing armed.
+                self.deadline = None;
+                format!("connect: {e}")
+            })
         } else {
             self.phase = Phase::AwaitRequest;
             self.answer_newest(qp)
@@ -563,18 +567,21 @@ impl Cm {
     fn establish(&mut self, qp: &Qp, initiator: bool, crc: bool, peer_ird: u32, peer_flags: u32) {
         let fd = self.sock_fd();
         let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
-        let attrs = *qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
         let (ird, _) = local_ird_ord(qp);
         {
+            // Attributes first (as modify_qp takes them, before `tx`): a
+            // concurrent move to RTS then sets ORD either before or after this.
+            let attrs = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+            // Both sides at once: a thread polling the CQ may read the peer's
+            // first FPDU the moment `rx` has the stream, and opens the transmit
+            // gate, which must not be closed again after it.
             let mut rx = qp.lock_rx();
+            let mut t = qp.lock_tx();
             let cur = rx.cur.take();
             *rx = Rx::established(fd, crc, !initiator, attrs.qp_access_flags);
             rx.cur = cur;
             rx.extensions = qp.sh.cfg.extensions;
             rx.merge_imm = qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0;
-        }
-        {
-            let mut t = qp.lock_tx();
             t.fd = Some(fd);
             t.crc = crc;
             t.mulpdu = qp.sh.cfg.mulpdu;

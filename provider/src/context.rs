@@ -108,7 +108,7 @@ pub struct Shared {
     qps: RwLock<HashMap<u32, Arc<Qp>>>,
     pub epfd: OwnedFd,
     pub kick: OwnedFd,
-    async_w: OwnedFd,
+    pub events: crate::events::Events,
     /// The `verbs_context` this state belongs to (for libibverbs' log).
     pub vctx: AtomicUsize,
     pub shutdown: AtomicBool,
@@ -196,18 +196,9 @@ fn media_worker(sh: Weak<Shared>, jobs: mpsc::Receiver<MediaJob>) {
 }
 
 impl Shared {
-    /// Returns the state and the read end of the async-event pipe.
+    /// Returns the state and the read end of the async-event socket.
     pub fn new(dev: DeviceInfo, cfg: Config) -> io::Result<(Shared, OwnedFd)> {
-        let mut p = [0; 2];
-        // SAFETY: pipe2 fills two descriptors that we then own.
-        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fresh descriptors from pipe2.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
-        // The reader blocks (ibv_get_async_event waits); only the writer must not.
-        // SAFETY: fcntl on our own descriptor.
-        unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFL, 0) };
+        let (events, async_r) = crate::events::Events::new()?;
         // SAFETY: plain syscalls returning new descriptors.
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epfd < 0 {
@@ -229,7 +220,7 @@ impl Shared {
             qps: RwLock::new(HashMap::new()),
             epfd,
             kick,
-            async_w: w,
+            events,
             vctx: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             timers: Mutex::new(Vec::new()),
@@ -252,7 +243,7 @@ impl Shared {
             libc::EPOLLIN as u32,
             TOKEN_KICK,
         )?;
-        Ok((sh, r))
+        Ok((sh, async_r))
     }
 
     pub fn next_id(&self) -> u32 {
@@ -653,27 +644,21 @@ impl Shared {
         self.has_timers.store(!t.is_empty(), Ordering::Release);
     }
 
-    fn post_event(&self, element: usize, event_type: u32) {
-        if element == 0 {
-            return;
-        }
-        let mut rec = [0u8; 16];
-        rec[..8].copy_from_slice(&(element as u64).to_ne_bytes());
-        rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
-        // SAFETY: writing a 16-byte record to our pipe; a full pipe drops the event.
-        unsafe {
-            libc::write(
-                self.async_w.as_raw_fd(),
-                rec.as_ptr() as *const libc::c_void,
-                16,
-            )
-        };
-    }
-
     pub fn qp_event(&self, qp: &Qp, event: u32) {
         if event != NO_EVENT {
-            self.post_event(qp.handle.load(Ordering::Acquire), event);
+            self.events
+                .post(|| qp.handle.load(Ordering::Acquire), event);
         }
+    }
+
+    /// The application handle of CQ or SRQ `id` (0 once destroyed).
+    fn handle(&self, id: u32) -> usize {
+        self.handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Records the CPU the calling application thread runs on (see
@@ -699,28 +684,13 @@ impl Shared {
     }
 
     pub fn cq_overflow(&self, cq_id: u32) {
-        let h = self
-            .handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&cq_id)
-            .copied();
-        if let Some(h) = h {
-            crate::log::warn(self, format_args!("completion queue overrun"));
-            self.post_event(h, IBV_EVENT_CQ_ERR);
-        }
+        crate::log::warn(self, format_args!("completion queue overrun"));
+        self.events.post(|| self.handle(cq_id), IBV_EVENT_CQ_ERR);
     }
 
     pub fn srq_limit_event(&self, srq_id: u32) {
-        let h = self
-            .handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&srq_id)
-            .copied();
-        if let Some(h) = h {
-            self.post_event(h, IBV_EVENT_SRQ_LIMIT_REACHED);
-        }
+        self.events
+            .post(|| self.handle(srq_id), IBV_EVENT_SRQ_LIMIT_REACHED);
     }
 }
 

@@ -12,6 +12,7 @@ pub mod cq;
 pub mod device;
 pub mod devinfo;
 pub mod dv;
+pub mod events;
 pub mod log;
 pub mod mem;
 pub mod persist;

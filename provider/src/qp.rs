@@ -1,6 +1,6 @@
 //! Queue pairs: work queues, state, completions and flushing.
 //!
-//! Locks, always taken in this order: `cm` → `rx` → `tx`. A path that
+//! Locks, always taken in this order: `cm` → `attrs` → `rx` → `tx`. A path that
 //! holds a later lock never waits for an earlier one; errors found under a lock
 //! are returned and acted on ([`Qp::fail`]) after it is dropped.
 
@@ -214,6 +214,11 @@ impl Qp {
         }
         let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
         let guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        // Again under the lock: a reset running now has emptied the ring, and
+        // nothing posted after it may be carried into the next connection.
+        if self.state() == IBV_QPS_RESET {
+            return Err((0, libc::EINVAL));
+        }
         let mut p = self.sq.producer();
         if need_room as u64 > u64::from(limit - p.wrapping_sub(self.sq.consumer()).min(limit)) {
             return Err((0, libc::ENOMEM));
@@ -275,6 +280,10 @@ impl Qp {
             return Err((0, libc::EINVAL));
         }
         let g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+        // Again under the lock: a reset running now has emptied the ring.
+        if self.state() == IBV_QPS_RESET {
+            return Err((0, libc::EINVAL));
+        }
         let r = post_recv_ring(rq, self.caps.max_recv_sge, jobs);
         drop(g);
         if self.state() == IBV_QPS_ERR {
@@ -356,6 +365,33 @@ impl Qp {
     /// the oldest outstanding send WQE and `rq_status` for a receive in progress,
     /// flushes everything else, and raises `event`.
     pub fn fail(&self, why: &str, sq_status: Option<u32>, rq_status: Option<u32>, event: u32) {
+        self.to_error(why, sq_status, rq_status, event, false)
+    }
+
+    /// `fail`, or (`asked`) the application's own modify_qp to the error state,
+    /// which applies in any state. A failure found by another thread is dropped
+    /// once the QP is back in RESET or INIT: it belongs to a connection that is
+    /// gone, and must not end the next one.
+    pub fn to_error(
+        &self,
+        why: &str,
+        sq_status: Option<u32>,
+        rq_status: Option<u32>,
+        event: u32,
+        asked: bool,
+    ) {
+        let prev = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (asked || (s != IBV_QPS_RESET && s != IBV_QPS_INIT)).then_some(IBV_QPS_ERR)
+            });
+        let Ok(prev) = prev else {
+            crate::log::debug(
+                &self.sh,
+                format_args!("qp {}: ignored after a reset: {}", self.qpn, why),
+            );
+            return;
+        };
         // The first error found names the status of the oldest request, even when
         // another thread moves the QP to the error state first.
         if let Some(s) = sq_status {
@@ -366,7 +402,6 @@ impl Qp {
                 Ordering::Acquire,
             );
         }
-        let prev = self.state.swap(IBV_QPS_ERR, Ordering::AcqRel);
         if prev != IBV_QPS_ERR && prev != IBV_QPS_RESET {
             crate::log::debug(&self.sh, format_args!("qp {}: error: {}", self.qpn, why));
             self.detach_stream();
@@ -511,7 +546,11 @@ impl Qp {
     }
 
     /// Brings the QP back to RESET: empty queues, fresh protocol state, same QPN.
+    /// The state is RESET first, so that a post racing this is refused or
+    /// emptied with the rest.
     pub fn reset(&self) {
+        self.state.store(IBV_QPS_RESET, Ordering::Release);
+        *self.deferred.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.detach_stream();
         self.lock_cm().reset(&self.sh);
         let mut rx = self.lock_rx();

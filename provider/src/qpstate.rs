@@ -23,6 +23,15 @@ fn allowed(cur: u32, new: u32) -> bool {
     )
 }
 
+/// Moves the QP from `cur` to `new`, unless another thread changed its state
+/// (a failure found by the progress thread) since `cur` was read.
+fn advance(qp: &Qp, cur: u32, new: u32) -> Result<(), i32> {
+    qp.state
+        .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+        .map(drop)
+        .map_err(|_| libc::EINVAL)
+}
+
 /// Applies `attr` under `mask`; returns the new state or an errno.
 pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     let sh = &qp.sh;
@@ -136,18 +145,18 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
         return Ok(new);
     }
     match new {
-        IBV_QPS_RESET => {
-            qp.reset();
-            qp.state.store(IBV_QPS_RESET, Ordering::Release);
-        }
-        IBV_QPS_ERR => qp.fail(
+        IBV_QPS_RESET => qp.reset(),
+        IBV_QPS_ERR => qp.to_error(
             "moved to the error state by the application",
             None,
             None,
             NO_EVENT,
+            true,
         ),
         IBV_QPS_RTR => {
-            qp.state.store(IBV_QPS_RTR, Ordering::Release);
+            // From the state checked above only: a failure found meanwhile by
+            // another thread stands (the QP stays in error, EINVAL).
+            advance(qp, cur, IBV_QPS_RTR)?;
             // SAFETY: reading the raw bytes of the GID union.
             let gid = unsafe { attr.ah_attr.grh.dgid.raw };
             let peer = devinfo::addr_from_gid(&gid);
@@ -164,7 +173,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
                 let mut t = qp.lock_tx();
                 t.ord_max = t.peer_ird.min((a.max_rd_atomic as u32).max(1));
             }
-            qp.state.store(IBV_QPS_RTS, Ordering::Release);
+            advance(qp, cur, IBV_QPS_RTS)?;
             tx::kick(qp);
         }
         s => qp.state.store(s, Ordering::Release),

@@ -289,7 +289,21 @@ fn link_up(netdev: &str) -> bool {
     }
 }
 
-unsafe extern "C" fn async_event(_ctx: *mut ibv_context, _ev: *mut ibv_async_event) {}
+/// libibverbs has read an event from `async_fd`: the next one may go.
+unsafe extern "C" fn async_event(ctx: *mut ibv_context, ev: *mut ibv_async_event) {
+    guard((), || {
+        if ctx.is_null() || ev.is_null() {
+            return;
+        }
+        // SAFETY: ctx is ours; ev is the event libibverbs just filled in.
+        let (sh, ev) = unsafe { (shared(ctx), &*ev) };
+        // SAFETY: every member of the element union is a pointer or a port
+        // number; the pointer member covers the whole of it for QP, CQ and SRQ
+        // events, and a port number is not what the queue compares against.
+        let element = unsafe { ev.element.qp } as u64;
+        sh.events.read_by_app(element, ev.event_type);
+    })
+}
 
 // ---- protection domains and memory ---------------------------------------
 
@@ -612,6 +626,16 @@ unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
             return libc::EBUSY;
         }
         sh.set_handle(c.cq.id, 0);
+        let read = sh.events.retire(cq as u64);
+        // SAFETY: the CQ's own pthread objects and counter, initialised at creation.
+        unsafe {
+            crate::events::wait_acks(
+                &mut (*cq).mutex as *mut _ as *mut libc::pthread_mutex_t,
+                &mut (*cq).cond as *mut _ as *mut libc::pthread_cond_t,
+                &(*cq).async_events_completed,
+                read,
+            )
+        };
         // SAFETY: allocated by new_cq with Box; handed back once.
         drop(unsafe { Box::from_raw(cq as *mut XiwCq) });
         0
@@ -909,6 +933,16 @@ unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
             return libc::EBUSY;
         }
         sh.set_handle(s.srq.id, 0);
+        let read = sh.events.retire(srq as u64);
+        // SAFETY: the SRQ's own pthread objects and counter, initialised at creation.
+        unsafe {
+            crate::events::wait_acks(
+                &mut (*srq).mutex as *mut _ as *mut libc::pthread_mutex_t,
+                &mut (*srq).cond as *mut _ as *mut libc::pthread_cond_t,
+                &(*srq).events_completed,
+                read,
+            )
+        };
         // SAFETY: allocated by new_srq with Box; handed back once.
         drop(unsafe { Box::from_raw(srq as *mut XiwSrq) });
         0
@@ -1202,6 +1236,16 @@ unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         let q = &x.qp;
         q.destroyed.store(true, Ordering::Release);
         q.handle.store(0, Ordering::Release);
+        let read = sh.events.retire(qp as u64);
+        // SAFETY: the QP's own pthread objects and counter, initialised at creation.
+        unsafe {
+            crate::events::wait_acks(
+                &mut (*qp).mutex as *mut _ as *mut libc::pthread_mutex_t,
+                &mut (*qp).cond as *mut _ as *mut libc::pthread_cond_t,
+                &(*qp).events_completed,
+                read,
+            )
+        };
         // Let the last bytes go out: hand whatever is still staged to the socket
         // once more, then close the stream gracefully.
         crate::tx::kick(q);

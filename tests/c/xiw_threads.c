@@ -646,7 +646,8 @@ static int post_write_send(struct ibv_qp *qp, struct endpoint *e, struct endpoin
 }
 
 /* Waits for completions with wr_id in [id, id + n) on `cq`; others are stale. */
-static int wait_cq(struct ibv_cq *cq, uint64_t id, int n, const char *who, atomic_int *failed)
+static int wait_cq(struct ibv_cq *cq, uint64_t id, int n, const char *who, const char *what,
+		   atomic_int *failed)
 {
 	uint64_t start = now_ns();
 	struct ibv_wc wc;
@@ -660,8 +661,8 @@ static int wait_cq(struct ibv_cq *cq, uint64_t id, int n, const char *who, atomi
 		}
 		if (r == 0) {
 			if (now_ns() - start > LIMIT_NS) {
-				fail(failed, "%s: iteration %#" PRIx64 " not complete within 5 s",
-				     who, id);
+				fail(failed, "%s: iteration %#" PRIx64 ": %d completion(s) of "
+				     "%s missing after 5 s", who, id, n, what);
 				return -1;
 			}
 			continue;
@@ -717,8 +718,8 @@ static void *churn_worker(void *arg)
 			fail(&c->failed, "%s: ibv_post_send: %s", who, strerror(errno));
 			mode = 7;
 		} else if (mode < 5) {
-			if (!wait_cq(a->cq, id, 2, who, &c->failed) &&
-			    !wait_cq(b->cq, id, 1, who, &c->failed)) {
+			if (!wait_cq(a->cq, id, 2, who, "the Write and Send", &c->failed) &&
+			    !wait_cq(b->cq, id, 1, who, "the receive", &c->failed)) {
 				uint64_t took = now_ns() - t0;
 				unsigned long prev = atomic_load(&c->slowest_ns);
 
@@ -777,7 +778,8 @@ static void *churn_steady(void *arg)
 			fail(&c->failed, "%s: ibv_post_send: %s", who, strerror(errno));
 			break;
 		}
-		if (wait_cq(a.cq, id, 2, who, &c->failed) || wait_cq(b.cq, id, 1, who, &c->failed))
+		if (wait_cq(a.cq, id, 2, who, "the Write and Send", &c->failed) ||
+		    wait_cq(b.cq, id, 1, who, "the receive", &c->failed))
 			break;
 		if (!same(b.buf, MSG, id) || !same(b.buf + MSG, MSG, id)) {
 			fail(&c->failed, "%s: message %" PRIu64 " arrived with wrong bytes", who, it);

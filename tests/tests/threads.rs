@@ -7,6 +7,9 @@
 //! - `churn`: threads create, connect and destroy QP pairs beside steady
 //!   traffic; QP numbers are reused at once on both sides, so a connection
 //!   must belong to one QP, not to a number.
+//! - `tests/c/xiw_events.c`: async events against destroy (a destroy waits for
+//!   the acknowledgement of every event the application read; unread events of
+//!   a destroyed QP are never delivered).
 //!
 //! By hand (after `pkg/install.sh`):
 //!
@@ -15,11 +18,12 @@
 //! eval "$(xiw up --netdev lo --root /run/xiw/mine)"
 //! ./xiw_threads qpex 4 20000
 //! ./xiw_threads churn 8 4
+//! gcc -O2 -pthread -o xiw_events tests/c/xiw_events.c -libverbs && ./xiw_events 40
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use xiw_tests::harness::{lo_device, serial, wait_until};
@@ -30,51 +34,54 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The program, built once from the repository's source, warnings as errors.
-fn program() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xiw-threads");
-        std::fs::create_dir_all(&dir).unwrap();
-        let bin = dir.join("xiw_threads");
-        let out = Command::new("gcc")
-            .args([
-                "-std=gnu11",
-                "-O2",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-pthread",
-            ])
-            .arg("-o")
-            .arg(&bin)
-            .arg(format!("{REPO}/tests/c/xiw_threads.c"))
-            .arg("-libverbs")
-            .output()
-            .expect("running gcc");
-        assert!(
-            out.status.success() && out.stderr.is_empty(),
-            "building xiw_threads.c failed ({:?}):\n{}",
-            out.status,
-            text(&out.stderr)
-        );
-        bin
-    })
+/// `tests/c/NAME.c`, built once from the repository's source, warnings as errors.
+fn program(name: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xiw-c-tests");
+    let bin = dir.join(name);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if built.iter().any(|b| b == name) {
+        return bin;
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new("gcc")
+        .args([
+            "-std=gnu11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pthread",
+        ])
+        .arg("-o")
+        .arg(&bin)
+        .arg(format!("{REPO}/tests/c/{name}.c"))
+        .arg("-libverbs")
+        .output()
+        .expect("running gcc");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "building {name}.c failed ({:?}):\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+    built.push(name.to_string());
+    bin
 }
 
-/// Runs the program with `args` on the `lo` device; fails the test with its
-/// output unless it exits 0 within `limit`.
-fn run(args: &[&str], limit: Duration) {
+/// Runs `tests/c/NAME.c` with `args` on the `lo` device; fails the test with
+/// its output unless it exits 0 within `limit`.
+fn run(name: &str, args: &[&str], limit: Duration) {
     let dev = lo_device();
-    let mut c = dev.cmd(program().to_str().unwrap());
+    let mut c = dev.cmd(program(name).to_str().unwrap());
     c.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = c.spawn().expect("starting xiw_threads");
+    let child = c.spawn().expect("starting the test program");
     let (out, killed) = wait_until(child, Instant::now() + limit);
     let report = format!(
-        "xiw_threads {args:?}: {:?}{}\nstdout:\n{}\nstderr:\n{}",
+        "{name} {args:?}: {:?}{}\nstdout:\n{}\nstderr:\n{}",
         out.status,
         if killed { " (killed: hung)" } else { "" },
         text(&out.stdout),
@@ -88,7 +95,11 @@ fn run(args: &[&str], limit: Duration) {
 fn qpex_many_threads_one_qp() {
     let _g = serial();
     for (threads, batches) in [("4", "20000"), ("8", "8000"), ("16", "3000")] {
-        run(&["qpex", threads, batches], Duration::from_secs(120));
+        run(
+            "xiw_threads",
+            &["qpex", threads, batches],
+            Duration::from_secs(120),
+        );
     }
 }
 
@@ -97,6 +108,12 @@ fn churn_beside_steady_traffic() {
     let _g = serial();
     // Three rounds: the race it guards against is timing-dependent.
     for _ in 0..3 {
-        run(&["churn", "8", "4"], Duration::from_secs(60));
+        run("xiw_threads", &["churn", "8", "4"], Duration::from_secs(60));
     }
+}
+
+#[test]
+fn async_events_against_destroy() {
+    let _g = serial();
+    run("xiw_events", &["40"], Duration::from_secs(60));
 }

@@ -1,0 +1,193 @@
+//! Async events (`ibv_get_async_event`) without a kernel: records go to the
+//! application through a socket pair whose read end is the context's
+//! `async_fd`, one at a time; the rest wait here. So destroying a QP, CQ or
+//! SRQ can take back what the application has not read yet, and knows how
+//! many of its events the application did read, which it must acknowledge
+//! (`ibv_ack_async_event`) before the destroy returns, as
+//! ibv_get_async_event(3) promises: the object's memory stays valid until then.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+
+/// One record as libibverbs reads it: `{u64 element; u32 event_type; u32 reserved}`.
+const RECORD: usize = 16;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Event {
+    element: u64,
+    event_type: u32,
+}
+
+#[derive(Default)]
+struct State {
+    /// The record in the socket, not yet read (as far as we know).
+    in_socket: Option<Event>,
+    waiting: VecDeque<Event>,
+    /// Events of each object the application has read.
+    delivered: HashMap<u64, u32>,
+}
+
+pub struct Events {
+    w: OwnedFd,
+    /// The read end, owned by libibverbs once handed over (closed with the context).
+    r: RawFd,
+    state: Mutex<State>,
+}
+
+/// At most this many events wait; past it, new ones are dropped (a CQ that
+/// keeps overrunning must not grow memory without bound).
+const MAX_WAITING: usize = 4096;
+
+impl Events {
+    /// The queue and the read end for `async_fd`.
+    pub fn new() -> io::Result<(Events, OwnedFd)> {
+        let mut p = [0; 2];
+        // SAFETY: socketpair fills two descriptors that we then own.
+        let rc = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                p.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fresh descriptors from socketpair.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        // The application only reads; shutting our reading side makes sure
+        // nothing it writes can pile up.
+        // SAFETY: shutdown on a socket we own.
+        unsafe { libc::shutdown(w.as_raw_fd(), libc::SHUT_RD) };
+        let ev = Events {
+            r: r.as_raw_fd(),
+            w,
+            state: Mutex::new(State::default()),
+        };
+        Ok((ev, r))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts an event of the object `element` names (0: the object is gone, no
+    /// event). `element` is evaluated under the queue's lock, so an event can
+    /// never slip in after the object's [`Events::retire`].
+    pub fn post(&self, element: impl FnOnce() -> usize, event_type: u32) {
+        let mut st = self.lock();
+        let element = element() as u64;
+        if element == 0 {
+            return;
+        }
+        let ev = Event {
+            element,
+            event_type,
+        };
+        if st.in_socket.is_none() {
+            self.send(&mut st, ev);
+        } else if st.waiting.len() < MAX_WAITING {
+            st.waiting.push_back(ev);
+        }
+    }
+
+    fn send(&self, st: &mut State, ev: Event) {
+        let mut rec = [0u8; RECORD];
+        rec[..8].copy_from_slice(&ev.element.to_ne_bytes());
+        rec[8..12].copy_from_slice(&ev.event_type.to_ne_bytes());
+        // SAFETY: sending 16 bytes from a live buffer on our socket; with at most
+        // one record in it, the socket never fills.
+        let n = unsafe {
+            libc::send(
+                self.w.as_raw_fd(),
+                rec.as_ptr() as *const libc::c_void,
+                RECORD,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n == RECORD as isize {
+            st.in_socket = Some(ev);
+        }
+    }
+
+    fn refill(&self, st: &mut State) {
+        if st.in_socket.is_none() {
+            if let Some(ev) = st.waiting.pop_front() {
+                self.send(st, ev);
+            }
+        }
+    }
+
+    /// libibverbs read this event (the provider's `async_event` op): count it
+    /// as delivered and put the next one in the socket.
+    pub fn read_by_app(&self, element: u64, event_type: u32) {
+        let mut st = self.lock();
+        let ev = Event {
+            element,
+            event_type,
+        };
+        // Unless a destroy has already accounted for it.
+        if st.in_socket == Some(ev) {
+            st.in_socket = None;
+            *st.delivered.entry(element).or_insert(0) += 1;
+        }
+        self.refill(&mut st);
+    }
+
+    /// The object `element` is being destroyed: its unread events are dropped.
+    /// Returns how many the application read, which it must acknowledge.
+    pub fn retire(&self, element: u64) -> u32 {
+        let mut st = self.lock();
+        st.waiting.retain(|e| e.element != element);
+        if st.in_socket.is_some_and(|e| e.element == element) {
+            let mut rec = [0u8; RECORD];
+            // SAFETY: a non-blocking receive into a live 16-byte buffer from the
+            // socket's read end, which stays open while the context (and so
+            // the object being destroyed) lives.
+            let n = unsafe {
+                libc::recv(
+                    self.r,
+                    rec.as_mut_ptr() as *mut libc::c_void,
+                    RECORD,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            st.in_socket = None;
+            if n != RECORD as isize {
+                // The application took it first: it is delivered.
+                *st.delivered.entry(element).or_insert(0) += 1;
+            }
+        }
+        let n = st.delivered.remove(&element).unwrap_or(0);
+        self.refill(&mut st);
+        n
+    }
+}
+
+/// Waits until `*completed` (an `events_completed` counter of libibverbs,
+/// guarded by `mutex` and signalled on `cond` by `ibv_ack_async_event`)
+/// reaches `want`.
+///
+/// # Safety
+/// The three pointers are the initialised fields of one live verbs object.
+pub unsafe fn wait_acks(
+    mutex: *mut libc::pthread_mutex_t,
+    cond: *mut libc::pthread_cond_t,
+    completed: *const u32,
+    want: u32,
+) {
+    if want == 0 {
+        return;
+    }
+    // SAFETY: per the caller; the counter is read under its mutex.
+    unsafe {
+        libc::pthread_mutex_lock(mutex);
+        while std::ptr::read_volatile(completed) < want {
+            libc::pthread_cond_wait(cond, mutex);
+        }
+        libc::pthread_mutex_unlock(mutex);
+    }
+}
