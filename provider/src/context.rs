@@ -119,6 +119,7 @@ pub struct Shared {
     ids: AtomicU32,
     /// The last connection-attempt stamp handed out (see [`Shared::next_stamp`]).
     stamp: AtomicU64,
+    media_tickets: AtomicU64,
     ports: Mutex<Vec<PortSlot>>,
     /// QPs with a failure waiting for the progress thread.
     failed: Mutex<Vec<u32>>,
@@ -228,6 +229,7 @@ impl Shared {
             handles: Mutex::new(HashMap::new()),
             ids: AtomicU32::new(1),
             stamp: AtomicU64::new(0),
+            media_tickets: AtomicU64::new(1),
             ports: Mutex::new(Vec::new()),
             failed: Mutex::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),
@@ -266,6 +268,11 @@ impl Shared {
             })
             .expect("always Some");
         now.max(prev + 1)
+    }
+
+    /// A media worker job's ticket, unique in the context.
+    pub fn media_ticket(&self) -> u64 {
+        self.media_tickets.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn qp(&self, qpn: u32) -> Option<Arc<Qp>> {

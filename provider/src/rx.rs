@@ -670,7 +670,11 @@ fn read_response(
     }
     let mut tx = qp.lock_tx();
     let Some(Outstanding::Read(front)) = tx.orq.front_mut() else {
-        unreachable!("read still pending");
+        // Another thread failed the QP and flushed the Read meanwhile.
+        drop(tx);
+        return Err(Fail::stream(
+            "the Read was flushed while its data came".into(),
+        ));
     };
     front.received += payload.len() as u64;
     if last {

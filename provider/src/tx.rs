@@ -175,7 +175,6 @@ pub struct Tx {
     /// Request Identifier of the next Atomic Request (RFC 7306 section 5.2.1).
     next_request_id: u32,
     media: Media,
-    next_ticket: u64,
     pub ird_max: u32,
     /// A Terminate body to send ahead of everything else.
     pub term: Option<Vec<u8>>,
@@ -209,7 +208,6 @@ impl Tx {
             irq: VecDeque::new(),
             next_request_id: 1,
             media: Media::Idle,
-            next_ticket: 1,
             ird_max: 1,
             term: None,
             rtr: false,
@@ -445,8 +443,9 @@ impl Tx {
                             sent: 0,
                         }));
                     }
-                    let ticket = self.next_ticket;
-                    self.next_ticket += 1;
+                    // Unique in the context: a job of a destroyed or reset QP
+                    // can never answer for this one.
+                    let ticket = qp.sh.media_ticket();
                     self.media = Media::Busy(ticket);
                     crate::context::submit_media(&qp.sh, qp.qpn, ticket, r);
                 }
