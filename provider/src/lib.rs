@@ -24,4 +24,4 @@ pub mod rx;
 pub mod srq;
 pub mod tx;
 pub mod verbs;
-pub mod wire;
+pub use xiw_engine::wire;

@@ -12,8 +12,6 @@
 //! i.e. right after the 2-byte MPA ULPDU_Length: the RFC 5040/5041 figures
 //! draw the DDP header shifted by 16 bits to make room for that length.
 
-#![forbid(unsafe_code)]
-
 pub mod atomic;
 pub mod commit;
 pub mod ddp;

@@ -1,0 +1,14 @@
+//! xiw's iWARP protocol engine, sans-IO: bytes, work requests and time in;
+//! frames, placements, completions, events and deadlines out. No sockets,
+//! threads, clocks, libc or unsafe code: the drivers (the standalone TCP
+//! driver, the in-memory test pair, the kernel module's handed-over sockets)
+//! do the I/O.
+//!
+//! - [`wire`]: the codecs, one module per header.
+//! - [`setup`]: the MPA Request/Reply exchange (RFC 5044 section 7, RFC 6581)
+//!   in both roles.
+
+#![forbid(unsafe_code)]
+
+pub mod setup;
+pub mod wire;
