@@ -19,6 +19,7 @@ use crate::qp::{Qp, MAX_RD_ATOMIC};
 use crate::rx::Rx;
 use crate::tx;
 use crate::wire::mpa;
+use xiw_engine::setup;
 
 /// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
 const PD_MAGIC: &[u8; 4] = b"xiw1";
@@ -63,45 +64,24 @@ pub fn accept(listener: RawFd) -> Option<OwnedFd> {
 
 /// The QPN an MPA Request is addressed to, from xiw's private data.
 pub fn request_target(frame: &[u8]) -> Option<u32> {
-    let pkt = mpa::Packet::new_checked(frame).ok()?;
-    let req = mpa::FrameRepr::parse(&pkt).ok()?;
-    if req.kind != mpa::FrameKind::Request {
-        return None;
-    }
-    parse_private(req.private_data, req.enhanced, req.revision).map(|p| p.to)
+    let req = setup::Request::parse(frame).ok()?;
+    parse_xiw(&req.data).map(|p| p.to)
 }
 
-/// An MPA Request xiw can take: well formed, no markers, xiw's private data.
+/// A Request xiw can take: well formed, with xiw's private data.
 fn parse_request(frame: &[u8]) -> Option<Request> {
-    let pkt = mpa::Packet::new_checked(frame).ok()?;
-    let req = mpa::FrameRepr::parse(&pkt).ok()?;
-    if req.kind != mpa::FrameKind::Request || req.markers {
-        return None;
-    }
-    let p = parse_private(req.private_data, req.enhanced, req.revision)?;
+    let mpa = setup::Request::parse(frame).ok()?;
+    let p = parse_xiw(&mpa.data)?;
     Some(Request {
-        crc: req.crc,
-        ird: p.ird,
         initiator_qpn: p.from,
-        flags: p.flags,
         stamp: p.stamp,
+        mpa,
     })
 }
 
 /// Turns a connection away with an MPA Reply carrying the Reject bit.
 pub fn send_reject(fd: RawFd) {
-    let frame = mpa::FrameRepr {
-        kind: mpa::FrameKind::Reply,
-        markers: false,
-        crc: false,
-        reject: true,
-        enhanced: false,
-        revision: 2,
-        private_data: &[],
-    };
-    let mut out = vec![0u8; frame.buffer_len()];
-    frame.emit(&mut mpa::Packet::new_unchecked(&mut out[..]));
-    let _ = write_all(fd, &out);
+    let _ = write_all(fd, &setup::reject(mpa::REVISION_2, &[]));
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -119,10 +99,8 @@ const MAX_HELD: usize = 8;
 
 /// An MPA Request as xiw reads it.
 struct Request {
-    crc: bool,
-    ird: u32,
+    mpa: setup::Request,
     initiator_qpn: u32,
-    flags: u32,
     /// Which connection attempt of the initiator (0: a peer that sends none).
     stamp: u64,
 }
@@ -147,7 +125,9 @@ pub struct Cm {
     sock: Option<OwnedFd>,
     phase: Phase,
     initiator: bool,
-    buf: Vec<u8>,
+    /// The initiator's exchange, once its Request is sent.
+    exchange: Option<setup::Initiator>,
+    reader: setup::FrameReader,
     pub deadline: Option<Instant>,
     retry_at: Option<Instant>,
     peer: Option<(IpAddr, u32)>,
@@ -165,7 +145,8 @@ impl Default for Cm {
             sock: None,
             phase: Phase::Idle,
             initiator: false,
-            buf: Vec::new(),
+            exchange: None,
+            reader: setup::FrameReader::default(),
             deadline: None,
             retry_at: None,
             peer: None,
@@ -313,7 +294,7 @@ impl Cm {
                 self.phase = Phase::AwaitReply;
                 Ok(())
             }
-            Phase::AwaitReply => match read_frame(self.sock_fd(), &mut self.buf) {
+            Phase::AwaitReply => match read_frame(self.sock_fd(), &mut self.reader) {
                 Ok(Some(frame)) => self.on_reply(qp, &frame),
                 Ok(None) => Ok(()),
                 Err(e) => Err(format!("reading MPA reply: {e}")),
@@ -394,7 +375,7 @@ impl Cm {
             qp.sh.unwatch(s.as_raw_fd());
             abort_stream(s);
         }
-        self.buf.clear();
+        self.reader = setup::FrameReader::default();
     }
 
     /// Turns away the held Requests `which` picks.
@@ -414,69 +395,60 @@ impl Cm {
         }
     }
 
-    fn private_data(qp: &Qp, ird: u32, ord: u32, to_qpn: u32, stamp: u64) -> Vec<u8> {
-        let mut pd = vec![0u8; mpa::ENHANCED_LEN + PD_LEN + PD_FLAGS_LEN + PD_STAMP_LEN];
-        mpa::EnhancedParams {
-            ird: ird as u16,
-            ord: ord as u16,
-            peer_to_peer: true,
-            rtr: mpa::Rtr::ZeroLengthWrite,
-        }
-        .emit(&mut pd[..mpa::ENHANCED_LEN]);
-        pd[4..8].copy_from_slice(PD_MAGIC);
-        pd[8..12].copy_from_slice(&qp.qpn.to_be_bytes());
-        pd[12..16].copy_from_slice(&to_qpn.to_be_bytes());
+    /// What this QP brings to the MPA exchange: CRC as configured, its IRD
+    /// and ORD, a zero-length Write as the ready-to-receive message, and xiw's
+    /// private data naming both QPs and the attempt.
+    fn local(qp: &Qp, to_qpn: u32, stamp: u64) -> setup::Local {
+        let (ird, ord) = local_ird_ord(qp);
+        let mut data = vec![0u8; PD_LEN + PD_FLAGS_LEN + PD_STAMP_LEN];
+        data[0..4].copy_from_slice(PD_MAGIC);
+        data[4..8].copy_from_slice(&qp.qpn.to_be_bytes());
+        data[8..12].copy_from_slice(&to_qpn.to_be_bytes());
         let flags = if qp.sh.cfg.extensions {
             PD_FLAG_EXTENSIONS | PD_FLAG_IMM_PAIRS
         } else {
             0
         };
-        pd[16..20].copy_from_slice(&flags.to_be_bytes());
-        pd[20..28].copy_from_slice(&stamp.to_be_bytes());
-        pd
-    }
-
-    fn send_frame(&self, frame: &mpa::FrameRepr) -> io::Result<()> {
-        let mut out = vec![0u8; frame.buffer_len()];
-        frame.emit(&mut mpa::Packet::new_unchecked(&mut out[..]));
-        write_all(self.sock_fd(), &out)
-    }
-
-    fn send_request(&mut self, qp: &Qp) -> io::Result<()> {
-        let (_, peer_qpn) = self.peer.expect("peer known");
-        let (ird, ord) = local_ird_ord(qp);
-        self.stamp = qp.sh.next_stamp();
-        let pd = Self::private_data(qp, ird, ord, peer_qpn, self.stamp);
-        self.send_frame(&mpa::FrameRepr {
-            kind: mpa::FrameKind::Request,
-            markers: false,
+        data[12..16].copy_from_slice(&flags.to_be_bytes());
+        data[16..24].copy_from_slice(&stamp.to_be_bytes());
+        setup::Local {
             crc: qp.sh.cfg.crc,
-            reject: false,
-            enhanced: true,
-            revision: 2,
-            private_data: &pd,
-        })
+            ird: ird as u16,
+            ord: ord as u16,
+            rtr: mpa::RtrSet {
+                write: true,
+                ..Default::default()
+            },
+            data,
+        }
+    }
+
+    fn send_request(&mut self, qp: &Qp) -> Result<(), String> {
+        let (_, peer_qpn) = self.peer.expect("peer known");
+        self.stamp = qp.sh.next_stamp();
+        let (exchange, request) = setup::Initiator::new(Self::local(qp, peer_qpn, self.stamp))
+            .map_err(|e| e.to_string())?;
+        self.exchange = Some(exchange);
+        write_all(self.sock_fd(), &request).map_err(|e| e.to_string())
     }
 
     fn on_reply(&mut self, qp: &Qp, frame: &[u8]) -> Result<(), String> {
-        let pkt = mpa::Packet::new_checked(frame).map_err(|e| format!("bad MPA reply: {e}"))?;
-        let rep = mpa::FrameRepr::parse(&pkt).map_err(|e| format!("bad MPA reply: {e}"))?;
-        if rep.kind != mpa::FrameKind::Reply {
-            return Err("expected an MPA reply".into());
-        }
-        if rep.reject {
-            return Err("the peer rejected the connection".into());
-        }
-        if rep.markers {
-            return Err("the peer asked for MPA markers, which xiw does not use".into());
-        }
-        let p = parse_private(rep.private_data, rep.enhanced, rep.revision)
+        let mut exchange = self
+            .exchange
+            .take()
+            .ok_or("an MPA reply before the request")?;
+        let agreed = match exchange.handle(frame) {
+            Ok((_, Some(a))) => a,
+            Ok((_, None)) => return Err("a partial MPA reply".into()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let p = parse_xiw(&agreed.peer_data)
             .filter(|p| Some(p.from) == self.peer.map(|p| p.1) && p.to == qp.qpn)
             .ok_or("the MPA reply is not from the expected QP")?;
         if p.stamp != 0 && p.stamp != self.stamp {
             return Err("the MPA reply answers another connection attempt".into());
         }
-        self.establish(qp, true, rep.crc, p.ird, p.flags);
+        self.establish(qp, true, &agreed, p.flags);
         Ok(())
     }
 
@@ -514,22 +486,22 @@ impl Cm {
             self.withdraw(qp);
         }
         let req = h.req;
+        let (reply, agreed) = match setup::accept(&req.mpa, &Self::local(qp, peer_qpn, req.stamp)) {
+            Ok(v) => v,
+            Err(e) => {
+                crate::log::debug(
+                    &qp.sh,
+                    format_args!("qp {}: refusing QP {peer_qpn}: {e}", qp.qpn),
+                );
+                refuse(qp, h.sock);
+                return Ok(());
+            }
+        };
         self.sock = Some(h.sock);
         self.stamp = req.stamp;
-        let crc = req.crc || qp.sh.cfg.crc;
-        let (ird, ord) = local_ird_ord(qp);
-        let pd = Self::private_data(qp, ird, ord.min(req.ird), peer_qpn, req.stamp);
-        self.send_frame(&mpa::FrameRepr {
-            kind: mpa::FrameKind::Reply,
-            markers: false,
-            crc,
-            reject: false,
-            enhanced: true,
-            revision: 2,
-            private_data: &pd,
-        })
-        .map_err(|e| format!("sending MPA reply: {e}"))?;
-        self.establish(qp, false, crc, req.ird, req.flags);
+        write_all(self.sock_fd(), &reply).map_err(|e| format!("sending MPA reply: {e}"))?;
+        let flags = parse_xiw(&agreed.peer_data).map_or(0, |p| p.flags);
+        self.establish(qp, false, &agreed, flags);
         Ok(())
     }
 
@@ -564,10 +536,12 @@ impl Cm {
     }
 
     /// MPA is done: hand the stream to the data path.
-    fn establish(&mut self, qp: &Qp, initiator: bool, crc: bool, peer_ird: u32, peer_flags: u32) {
+    fn establish(&mut self, qp: &Qp, initiator: bool, agreed: &setup::Agreed, peer_flags: u32) {
         let fd = self.sock_fd();
         let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
-        let (ird, _) = local_ird_ord(qp);
+        let crc = agreed.crc;
+        // The responder waits for the ready-to-receive message, if one was agreed.
+        let await_rtr = !initiator && agreed.rtr != mpa::Rtr::None;
         {
             // Attributes first (as modify_qp takes them, before `tx`): a
             // concurrent move to RTS then sets ORD either before or after this.
@@ -578,18 +552,18 @@ impl Cm {
             let mut rx = qp.lock_rx();
             let mut t = qp.lock_tx();
             let cur = rx.cur.take();
-            *rx = Rx::established(fd, crc, !initiator, attrs.qp_access_flags);
+            *rx = Rx::established(fd, crc, await_rtr, attrs.qp_access_flags);
             rx.cur = cur;
             rx.extensions = qp.sh.cfg.extensions;
             rx.merge_imm = qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0;
             t.fd = Some(fd);
             t.crc = crc;
             t.mulpdu = qp.sh.cfg.mulpdu;
-            t.gate = !initiator;
-            t.rtr = initiator;
-            t.peer_ird = peer_ird.max(1);
+            t.gate = await_rtr;
+            t.rtr = initiator && agreed.rtr == mpa::Rtr::ZeroLengthWrite;
+            t.peer_ird = u32::from(agreed.peer_ird).max(1);
             t.ord_max = t.peer_ird.min((attrs.max_rd_atomic as u32).max(1));
-            t.ird_max = ird;
+            t.ird_max = u32::from(agreed.ird).max(1);
         }
         self.phase = Phase::Established;
         // A responder keeps its deadline: should this attempt turn out to be an
@@ -656,7 +630,8 @@ impl Cm {
         self.phase = Phase::Idle;
         self.peer = None;
         self.stamp = 0;
-        self.buf.clear();
+        self.exchange = None;
+        self.reader = setup::FrameReader::default();
     }
 }
 
@@ -686,50 +661,42 @@ fn abort_stream(sock: OwnedFd) {
     drop(sock);
 }
 
-/// Reads exactly one MPA Request/Reply frame into `buf`; `None` until it is complete.
-pub fn read_frame(fd: RawFd, buf: &mut Vec<u8>) -> io::Result<Option<Vec<u8>>> {
+/// Reads exactly one MPA Request/Reply frame; `None` until it is complete.
+/// Nothing behind the frame is read: it belongs to the data path.
+pub fn read_frame(fd: RawFd, reader: &mut setup::FrameReader) -> io::Result<Option<Vec<u8>>> {
+    let mut chunk = [0u8; mpa::HEADER_LEN + mpa::MAX_PRIVATE_DATA];
     loop {
-        let want = if buf.len() < mpa::HEADER_LEN {
-            mpa::HEADER_LEN
-        } else {
-            let pd = u16::from_be_bytes([buf[18], buf[19]]) as usize;
-            if pd > mpa::MAX_PRIVATE_DATA {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "private data too long",
-                ));
-            }
-            mpa::HEADER_LEN + pd
-        };
-        if buf.len() == want {
-            return Ok(Some(std::mem::take(buf)));
-        }
-        let have = buf.len();
-        buf.resize(want, 0);
-        // SAFETY: reading into the tail of `buf`, which was just sized for it.
+        let want = reader
+            .missing()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // SAFETY: receiving at most `want` (<= the chunk's size) bytes into a live buffer.
         let n = unsafe {
             libc::recv(
                 fd,
-                buf.as_mut_ptr().add(have) as *mut libc::c_void,
-                want - have,
+                chunk.as_mut_ptr() as *mut libc::c_void,
+                want.min(chunk.len()),
                 libc::MSG_DONTWAIT,
             )
         };
-        if n <= 0 {
-            buf.truncate(have);
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "peer closed during MPA setup",
-                ));
-            }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "peer closed during MPA setup",
+            ));
+        }
+        if n < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EAGAIN) {
                 return Ok(None);
             }
             return Err(e);
         }
-        buf.truncate(have + n as usize);
+        let (_, frame) = reader
+            .feed(&chunk[..n as usize])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if frame.is_some() {
+            return Ok(frame);
+        }
     }
 }
 
@@ -747,39 +714,31 @@ fn local_ird_ord(qp: &Qp) -> (u32, u32) {
 /// What xiw's private data says.
 #[derive(Clone, Copy, Debug)]
 struct Private {
-    ird: u32,
     from: u32,
     to: u32,
     flags: u32,
     stamp: u64,
 }
 
-fn parse_private(pd: &[u8], enhanced: bool, revision: u8) -> Option<Private> {
-    let (ird, rest) = if enhanced || revision == 2 {
-        let e = mpa::EnhancedParams::parse(pd.get(..mpa::ENHANCED_LEN)?).ok()?;
-        (e.ird as u32, &pd[mpa::ENHANCED_LEN..])
-    } else {
-        (1, pd)
-    };
-    if rest.len() < PD_LEN || &rest[..4] != PD_MAGIC {
+/// xiw's own private data (after the RFC 6581 block): magic, sender and
+/// receiver QPN, then optionally flags and the attempt stamp.
+fn parse_xiw(data: &[u8]) -> Option<Private> {
+    if data.len() < PD_LEN || &data[..4] != PD_MAGIC {
         return None;
     }
-    let from = u32::from_be_bytes(rest[4..8].try_into().ok()?);
-    let to = u32::from_be_bytes(rest[8..12].try_into().ok()?);
-    let flags = rest
-        .get(PD_LEN..PD_LEN + PD_FLAGS_LEN)
-        .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
-        .unwrap_or(0);
+    let word = |at: usize| {
+        data.get(at..at + 4)
+            .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+    };
     let at = PD_LEN + PD_FLAGS_LEN;
-    let stamp = rest
+    let stamp = data
         .get(at..at + PD_STAMP_LEN)
         .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
         .unwrap_or(0);
     Some(Private {
-        ird,
-        from,
-        to,
-        flags,
+        from: word(4)?,
+        to: word(8)?,
+        flags: word(PD_LEN).unwrap_or(0),
         stamp,
     })
 }

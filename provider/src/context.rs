@@ -89,7 +89,7 @@ const PENDING_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct Pending {
     fd: OwnedFd,
-    buf: Vec<u8>,
+    reader: xiw_engine::setup::FrameReader,
     since: Instant,
 }
 
@@ -388,7 +388,7 @@ impl Shared {
             {
                 let p = Pending {
                     fd: conn,
-                    buf: Vec::new(),
+                    reader: Default::default(),
                     since: Instant::now(),
                 };
                 self.pending
@@ -411,7 +411,7 @@ impl Shared {
             Some(p) => p,
             None => return,
         };
-        let frame = match crate::cm::read_frame(p.fd.as_raw_fd(), &mut p.buf) {
+        let frame = match crate::cm::read_frame(p.fd.as_raw_fd(), &mut p.reader) {
             Ok(Some(f)) => f,
             Ok(None) => {
                 self.pending

@@ -305,17 +305,19 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
     }
     let opcode = rdmap::Opcode::from_u8(c.opcode);
     if rx.expect_rtr {
-        // The peer's ready-to-receive message (RFC 6581 section 6): a zero-length Write.
+        // The initiator's first FPDU (RFC 6581 section 6): this side may now
+        // transmit, whatever it is. The agreed zero-length Write carries
+        // nothing more; anything else is processed as it is.
         rx.expect_rtr = false;
         crate::log::debug(
             &qp.sh,
             format_args!("qp {}: first FPDU (opcode {opcode:?}) came", qp.qpn),
         );
+        let mut tx = qp.lock_tx();
+        tx.gate = false;
+        drop(tx);
+        tx::kick(qp);
         if opcode == Some(rdmap::Opcode::Write) && payload.is_empty() {
-            let mut tx = qp.lock_tx();
-            tx.gate = false;
-            drop(tx);
-            tx::kick(qp);
             return Ok(());
         }
     }

@@ -96,6 +96,11 @@ impl FrameReader {
         }
     }
 
+    /// How many more bytes the frame in progress needs (known so far).
+    pub fn missing(&self) -> Result<usize, SetupError> {
+        Ok(self.wanted()? - self.buf.len())
+    }
+
     /// How many bytes the frame in progress needs so far: the header, then
     /// the header and the private data it announces.
     pub fn wanted(&self) -> Result<usize, SetupError> {
