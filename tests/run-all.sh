@@ -39,6 +39,13 @@ echo "== test (log: $log)" >&2
 status=0
 cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | tee "$log" || status=$?
 
+# The protocol engine's fuzz targets, a bounded time each (tests/fuzz.sh).
+fuzzlog=$(mktemp /tmp/xiw-fuzz.XXXXXX.log)
+if (($# == 0)); then
+    echo "== fuzz (log: $fuzzlog)" >&2
+    bash "$repo/tests/fuzz.sh" 2>&1 | tee "$fuzzlog" || status=$?
+fi
+
 # Summary: one line per test binary ("Running ..." then its "test result:").
 echo
 echo "==================== xiw test summary ===================="
@@ -59,6 +66,7 @@ awk '
     }
     END { flush() }
 ' "$log"
+grep -E '^fuzz ' "$fuzzlog" | sed 's/^/  /' || true
 failed=$(grep -E '^test .* \.\.\. FAILED$' "$log" || true)
 if [[ -n $failed ]]; then
     echo "  failed tests:"
