@@ -226,7 +226,7 @@ impl Cm {
     pub fn adopt(&mut self, qp: &Qp, fd: OwnedFd, frame: &[u8]) -> Result<(), String> {
         let req = parse_request(frame);
         crate::log::debug(
-            &qp.sh,
+            &qp.sh.log,
             format_args!(
                 "qp {}: incoming connection in phase {:?}, attempt {:?}",
                 qp.qpn,
@@ -326,7 +326,7 @@ impl Cm {
             }
             let h = self.held.swap_remove(i);
             crate::log::debug(
-                &qp.sh,
+                &qp.sh.log,
                 format_args!(
                     "qp {}: initiator QP {} (attempt {}) went away before the reply",
                     qp.qpn, h.req.initiator_qpn, h.req.stamp
@@ -385,7 +385,7 @@ impl Cm {
         self.held = keep;
         for h in gone {
             crate::log::debug(
-                &qp.sh,
+                &qp.sh.log,
                 format_args!(
                     "qp {}: refusing a connection from {:?} QP {} (attempt {})",
                     qp.qpn, h.from, h.req.initiator_qpn, h.req.stamp
@@ -477,7 +477,7 @@ impl Cm {
                 return Ok(());
             }
             crate::log::debug(
-                &qp.sh,
+                &qp.sh.log,
                 format_args!(
                     "qp {}: attempt {} of QP {peer_qpn} replaces attempt {}",
                     qp.qpn, h.req.stamp, self.stamp
@@ -490,7 +490,7 @@ impl Cm {
             Ok(v) => v,
             Err(e) => {
                 crate::log::debug(
-                    &qp.sh,
+                    &qp.sh.log,
                     format_args!("qp {}: refusing QP {peer_qpn}: {e}", qp.qpn),
                 );
                 refuse(qp, h.sock);
@@ -524,7 +524,7 @@ impl Cm {
             return Ok(false);
         }
         crate::log::debug(
-            &qp.sh,
+            &qp.sh.log,
             format_args!(
                 "qp {}: attempt {} ended before its first FPDU; waiting for the next",
                 qp.qpn, self.stamp
@@ -572,7 +572,7 @@ impl Cm {
             self.deadline = None;
         }
         crate::log::debug(
-            &qp.sh,
+            &qp.sh.log,
             format_args!(
                 "qp {}: connected to {:?} ({}, attempt {}, CRC {})",
                 qp.qpn,

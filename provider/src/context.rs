@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,6 @@ pub struct Config {
     /// Write of draft-talpey-rdma-commit (XIW_EXTENSIONS=0: behave as a plain
     /// RFC 5040 RNIC, answering them with a Terminate).
     pub extensions: bool,
-    pub debug: bool,
 }
 
 impl Config {
@@ -59,7 +58,6 @@ impl Config {
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
-            debug: crate::log::env_debug(),
         }
     }
 }
@@ -109,8 +107,8 @@ pub struct Shared {
     pub epfd: OwnedFd,
     pub kick: OwnedFd,
     pub events: crate::events::Events,
-    /// The `verbs_context` this state belongs to (for libibverbs' log).
-    pub vctx: AtomicUsize,
+    /// Where diagnostics go (libibverbs' log of this context, or stderr).
+    pub log: crate::log::Target,
     pub shutdown: AtomicBool,
     timers: Mutex<Vec<Weak<Qp>>>,
     pub has_timers: AtomicBool,
@@ -214,6 +212,7 @@ impl Shared {
         }
         // SAFETY: a fresh descriptor.
         let kick = unsafe { OwnedFd::from_raw_fd(kick) };
+        let log = crate::log::Target::new(dev.ibdev.clone());
         let sh = Shared {
             dev,
             cfg,
@@ -222,7 +221,7 @@ impl Shared {
             epfd,
             kick,
             events,
-            vctx: AtomicUsize::new(0),
+            log,
             shutdown: AtomicBool::new(false),
             timers: Mutex::new(Vec::new()),
             has_timers: AtomicBool::new(false),
@@ -691,7 +690,7 @@ impl Shared {
     }
 
     pub fn cq_overflow(&self, cq_id: u32) {
-        crate::log::warn(self, format_args!("completion queue overrun"));
+        crate::log::warn(&self.log, format_args!("completion queue overrun"));
         self.events.post(|| self.handle(cq_id), IBV_EVENT_CQ_ERR);
     }
 

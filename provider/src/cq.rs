@@ -7,8 +7,12 @@ use parking_lot::lock_api::RawMutex as _;
 
 use xiw_abi::ring::*;
 
-use crate::qp::Qp;
 use crate::queue::Ring;
+
+/// A QP whose data-path work a thread polling this CQ may do (see [`Cq::assist`]).
+pub trait Assist: Send + Sync {
+    fn assist(&self);
+}
 
 pub struct Cq {
     pub id: u32,
@@ -18,7 +22,7 @@ pub struct Cq {
     /// Set when a completion could not be stored; the CQ is then in error.
     pub overflowed: AtomicBool,
     /// QPs whose completions land here, for [`Cq::assist`].
-    qps: Mutex<Vec<Weak<Qp>>>,
+    qps: Mutex<Vec<Weak<dyn Assist>>>,
     next_assist: AtomicUsize,
 }
 
@@ -102,10 +106,12 @@ impl Cq {
         self.ring.release(self.ring.consumer().wrapping_add(1));
     }
 
-    pub fn attach(&self, qp: &Arc<Qp>) {
+    pub fn attach<A: Assist + 'static>(&self, qp: &Arc<A>) {
+        let qp: Weak<A> = Arc::downgrade(qp);
+        let qp: Weak<dyn Assist> = qp;
         let mut qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
         qps.retain(|w| w.strong_count() > 0);
-        qps.push(Arc::downgrade(qp));
+        qps.push(qp);
     }
 
     /// An application polled this CQ and found it empty: let that thread do

@@ -165,7 +165,7 @@ unsafe extern "C" fn alloc_context(
             }
         };
         let sh = Arc::new(sh);
-        sh.vctx.store(ctx as usize, Ordering::Release);
+        sh.log.vctx.store(ctx as usize, Ordering::Release);
         let worker = sh.clone();
         let thread = std::thread::Builder::new()
             .name("xiw-progress".into())
@@ -181,7 +181,10 @@ unsafe extern "C" fn alloc_context(
                 return ptr::null_mut();
             }
         };
-        let ops = verbs::ops();
+        let ops = verbs_context_ops {
+            free_context: Some(free_context),
+            ..verbs::ops()
+        };
         // SAFETY: ctx is ours and initialised by libibverbs.
         unsafe {
             (*ctx).sh = Arc::into_raw(sh);
@@ -207,7 +210,7 @@ pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
         sh.wake();
         let _ = thread.join();
         sh.stop_media();
-        sh.vctx.store(0, Ordering::Release);
+        sh.log.vctx.store(0, Ordering::Release);
         drop(sh);
         // SAFETY: undo _verbs_init_and_alloc_context; libibverbs calloc'd the block.
         unsafe {

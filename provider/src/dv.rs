@@ -3,7 +3,7 @@
 //! flushable/verifiable registration). Each checks its pointers, converts and
 //! hands over to the ordinary verbs machinery.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr;
 
@@ -44,8 +44,6 @@ pub struct XiwdvDeviceAttr {
 thread_local! {
     /// Why this thread's last xiwdv call or registration failed.
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-    /// The Verify hash xiwdv_reg_mr asks the reg_mr it calls to record.
-    static PENDING_HASH: Cell<Option<Hash>> = const { Cell::new(None) };
 }
 
 /// Records `why` for xiwdv_last_error().
@@ -54,19 +52,11 @@ pub fn set_last_error(why: &str) {
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
 }
 
-/// The hash xiwdv_reg_mr passes to reg_mr, taken once.
-pub fn take_pending_hash() -> Option<Hash> {
-    PENDING_HASH.with(|h| h.take())
-}
-
 extern "C" {
-    fn ibv_reg_mr_iova2(
-        pd: *mut ibv_pd,
-        addr: *mut c_void,
-        length: usize,
-        iova: u64,
-        access: c_uint,
-    ) -> *mut ibv_mr;
+    /// libibverbs' fork protection for a range (a no-op unless the
+    /// application asked for it), as its own ibv_reg_mr does first.
+    fn ibv_dontfork_range(base: *mut c_void, size: usize) -> c_int;
+    fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int;
 }
 
 /// True if `ctx` was opened by this provider.
@@ -132,11 +122,22 @@ pub unsafe extern "C" fn xiwdv_reg_mr(
                 }
             }
         }
-        PENDING_HASH.with(|h| h.set(hash));
-        // SAFETY: forwarding the caller's arguments to libibverbs, which calls our reg_mr.
-        let mr = unsafe { ibv_reg_mr_iova2(pd, addr, length, addr as u64, access) };
-        PENDING_HASH.with(|h| h.set(None));
-        mr
+        // SAFETY: the caller's range; libibverbs undoes this in ibv_dereg_mr.
+        if unsafe { ibv_dontfork_range(addr, length) } != 0 {
+            set_last_error("xiwdv_reg_mr: fork protection of the range failed");
+            return ptr::null_mut();
+        }
+        // SAFETY: pd is a protection domain of this provider (checked above).
+        match unsafe { crate::verbs::register_mr(pd, addr, length, addr as u64, access, hash) } {
+            Ok(mr) => mr,
+            Err((e, why)) => {
+                // SAFETY: undoing the call above on the same range.
+                unsafe { ibv_dofork_range(addr, length) };
+                set_last_error(&why);
+                set_errno(e);
+                ptr::null_mut()
+            }
+        }
     })
 }
 

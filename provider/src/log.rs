@@ -3,22 +3,40 @@
 
 use std::ffi::CString;
 use std::fmt;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use xiw_abi::driver::{self, __verbs_log};
 
-use crate::context::Shared;
-
-pub fn debug(sh: &Shared, args: fmt::Arguments) {
-    emit(sh, driver::VERBS_LOG_DEBUG, args)
+/// Where a device context's diagnostics go.
+pub struct Target {
+    /// The device name, at the start of every line.
+    pub ibdev: String,
+    /// XIW_DEBUG: to stderr.
+    pub debug: bool,
+    /// The `verbs_context` for libibverbs' log (0 until the context is handed out).
+    pub vctx: AtomicUsize,
 }
 
-pub fn warn(sh: &Shared, args: fmt::Arguments) {
-    emit(sh, driver::VERBS_LOG_WARN, args)
+impl Target {
+    pub fn new(ibdev: String) -> Target {
+        Target {
+            ibdev,
+            debug: env_debug(),
+            vctx: AtomicUsize::new(0),
+        }
+    }
 }
 
-fn emit(sh: &Shared, level: u32, args: fmt::Arguments) {
-    if sh.cfg.debug {
+pub fn debug(t: &Target, args: fmt::Arguments) {
+    emit(t, driver::VERBS_LOG_DEBUG, args)
+}
+
+pub fn warn(t: &Target, args: fmt::Arguments) {
+    emit(t, driver::VERBS_LOG_WARN, args)
+}
+
+fn emit(sh: &Target, level: u32, args: fmt::Arguments) {
+    if sh.debug {
         // Wall-clock time, so the lines of two processes can be lined up.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -27,7 +45,7 @@ fn emit(sh: &Shared, level: u32, args: fmt::Arguments) {
             "{}.{:06} xiw: {}: {}",
             t.as_secs(),
             t.subsec_micros(),
-            sh.dev.ibdev,
+            sh.ibdev,
             args
         );
         return;
@@ -36,7 +54,7 @@ fn emit(sh: &Shared, level: u32, args: fmt::Arguments) {
     if vctx == 0 {
         return;
     }
-    let Ok(msg) = CString::new(format!("xiw: {}: {}\n", sh.dev.ibdev, args)) else {
+    let Ok(msg) = CString::new(format!("xiw: {}: {}\n", sh.ibdev, args)) else {
         return;
     };
     // SAFETY: `vctx` is the live context that owns `sh`; the format takes one C string.

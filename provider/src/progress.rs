@@ -23,7 +23,7 @@ pub fn run(sh: Arc<Shared>) {
             unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
         if r != 0 {
             crate::log::warn(
-                &sh,
+                &sh.log,
                 format_args!("XIW_PROGRESS_RT: cannot use SCHED_FIFO (errno {r})"),
             );
         }
@@ -86,7 +86,7 @@ pub fn run(sh: Arc<Shared>) {
             let r = catch_unwind(AssertUnwindSafe(|| dispatch(&sh, tok, bits)));
             if r.is_err() {
                 crate::log::warn(
-                    &sh,
+                    &sh.log,
                     format_args!(
                         "internal error handling an event; QP {} put in error",
                         tok >> 8

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use xiw_abi::ring::{self, Cqe, RecvWqe, SendWqe, Sge};
+use xiw_abi::ring::{self, Cqe, SendWqe, Sge};
 use xiw_abi::verbs::*;
 
 use crate::context::Shared;
@@ -17,7 +17,7 @@ use crate::srq::Srq;
 use crate::{cm, rx, tx};
 
 pub const MAX_QP_WR: u32 = 16384;
-pub const MAX_SGE: u32 = 16;
+pub use crate::queue::MAX_SGE;
 pub const MAX_INLINE: u32 = 256;
 /// IRD/ORD limit (RFC 6581 allows 14 bits; this is what xiw provisions).
 pub const MAX_RD_ATOMIC: u32 = 128;
@@ -52,13 +52,7 @@ pub struct Attrs {
     pub ah_attr: ibv_ah_attr,
 }
 
-/// A receive WQE taken off a ring.
-#[derive(Clone, Debug, Default)]
-pub struct RecvJob {
-    pub wr_id: u64,
-    pub sges: Vec<Sge>,
-    pub length: u64,
-}
+pub use crate::queue::{post_recv_ring, take_recv_ring, RecvJob};
 
 pub struct Qp {
     pub qpn: u32,
@@ -387,7 +381,7 @@ impl Qp {
             });
         let Ok(prev) = prev else {
             crate::log::debug(
-                &self.sh,
+                &self.sh.log,
                 format_args!("qp {}: ignored after a reset: {}", self.qpn, why),
             );
             return;
@@ -403,7 +397,10 @@ impl Qp {
             );
         }
         if prev != IBV_QPS_ERR && prev != IBV_QPS_RESET {
-            crate::log::debug(&self.sh, format_args!("qp {}: error: {}", self.qpn, why));
+            crate::log::debug(
+                &self.sh.log,
+                format_args!("qp {}: error: {}", self.qpn, why),
+            );
             self.detach_stream();
             self.lock_cm().close(&self.sh);
             if let Some(s) = rq_status {
@@ -582,6 +579,12 @@ impl Drop for QpnGuard<'_> {
     }
 }
 
+impl crate::cq::Assist for Qp {
+    fn assist(&self) {
+        Qp::assist(self)
+    }
+}
+
 impl Drop for Qp {
     fn drop(&mut self) {
         self.sh.free_qpn(self.qpn);
@@ -592,60 +595,6 @@ impl Drop for Qp {
 pub enum SendBody {
     Sges(Vec<Sge>),
     Inline(Vec<u8>),
-}
-
-use std::mem::size_of;
-
-pub fn post_recv_ring(ring: &Ring, max_sge: u32, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
-    let mut p = ring.producer();
-    for (i, job) in jobs.iter().enumerate() {
-        if job.sges.len() > max_sge as usize {
-            return Err((i, libc::EINVAL));
-        }
-        if p.wrapping_sub(ring.consumer()) >= ring.entries {
-            return Err((i, libc::ENOMEM));
-        }
-        let hdr = RecvWqe {
-            wr_id: job.wr_id,
-            num_sge: job.sges.len() as u32,
-            length: job.length.min(u32::MAX as u64) as u32,
-        };
-        // SAFETY: slot `p` is free and producers are serialised by the caller's lock;
-        // `max_sge` SGEs fit the stride the ring was made with.
-        unsafe {
-            ring.write(p, 0, hdr);
-            for (k, s) in job.sges.iter().enumerate() {
-                ring.write(p, size_of::<RecvWqe>() + k * size_of::<Sge>(), *s);
-            }
-        }
-        p = p.wrapping_add(1);
-        ring.publish(p);
-    }
-    Ok(())
-}
-
-/// Takes the oldest receive WQE off a ring; the caller serialises consumers.
-pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
-    let c = ring.consumer();
-    if ring.producer() == c {
-        return None;
-    }
-    // SAFETY: slot `c` is published and consumers are serialised by the caller.
-    let job = unsafe {
-        let hdr: RecvWqe = ring.read(c, 0);
-        let n = (hdr.num_sge as usize).min(MAX_SGE as usize);
-        let mut sges = Vec::with_capacity(n);
-        for k in 0..n {
-            sges.push(ring.read::<Sge>(c, size_of::<RecvWqe>() + k * size_of::<Sge>()));
-        }
-        RecvJob {
-            wr_id: hdr.wr_id,
-            length: sges.iter().map(|s| s.length as u64).sum(),
-            sges,
-        }
-    };
-    ring.release(c.wrapping_add(1));
-    Some(job)
 }
 
 /// See [`Qp::lock_tx`].

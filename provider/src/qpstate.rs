@@ -46,7 +46,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     }
     if !allowed(cur, new) {
         log::debug(
-            sh,
+            &sh.log,
             format_args!("modify_qp: {cur} -> {new} is not a valid transition"),
         );
         return Err(libc::EINVAL);
@@ -72,14 +72,13 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     if to_rtr {
         if mask & IBV_QP_AV == 0 || mask & IBV_QP_DEST_QPN == 0 {
             log::warn(
-                sh,
+                &sh.log,
                 format_args!("modify_qp to RTR needs the peer's address (IBV_QP_AV) and QPN"),
             );
             return Err(libc::EINVAL);
         }
         if attr.ah_attr.is_global == 0 {
-            log::warn(
-                sh,
+            log::warn(&sh.log,
                 format_args!("iWARP needs the peer's GID in ah_attr.grh (e.g. ibv_rc_pingpong -g 0); LIDs mean nothing here"),
             );
             return Err(libc::EINVAL);
@@ -162,7 +161,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             let peer = devinfo::addr_from_gid(&gid);
             let r = qp.lock_cm().start(qp, peer, attr.dest_qp_num);
             if let Err(why) = r {
-                log::warn(sh, format_args!("qp {}: {}", qp.qpn, why));
+                log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
                 qp.state.store(IBV_QPS_INIT, Ordering::Release);
                 return Err(libc::EINVAL);
             }

@@ -11,6 +11,9 @@ use std::sync::atomic::Ordering;
 use memmap2::MmapMut;
 use xiw_abi::ring::*;
 
+/// SGEs per work request.
+pub const MAX_SGE: u32 = 16;
+
 pub struct Ring {
     map: MmapMut,
     pub entries: u32,
@@ -103,4 +106,72 @@ impl Ring {
         // SAFETY: per the function contract.
         unsafe { std::ptr::write_unaligned(self.slot(index).add(at) as *mut T, v) }
     }
+}
+
+/// A receive WQE taken off a ring.
+#[derive(Clone, Debug, Default)]
+pub struct RecvJob {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+    pub length: u64,
+}
+
+/// Posts receive WQEs on a ring (a QP's RQ or an SRQ); the caller serialises producers.
+pub fn post_recv_ring(ring: &Ring, max_sge: u32, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
+    let mut p = ring.producer();
+    for (i, job) in jobs.iter().enumerate() {
+        if job.sges.len() > max_sge as usize {
+            return Err((i, libc::EINVAL));
+        }
+        if p.wrapping_sub(ring.consumer()) >= ring.entries {
+            return Err((i, libc::ENOMEM));
+        }
+        let hdr = RecvWqe {
+            wr_id: job.wr_id,
+            num_sge: job.sges.len() as u32,
+            length: job.length.min(u32::MAX as u64) as u32,
+        };
+        // SAFETY: slot `p` is free and producers are serialised by the caller's lock;
+        // `max_sge` SGEs fit the stride the ring was made with.
+        unsafe {
+            ring.write(p, 0, hdr);
+            for (k, s) in job.sges.iter().enumerate() {
+                ring.write(
+                    p,
+                    std::mem::size_of::<RecvWqe>() + k * std::mem::size_of::<Sge>(),
+                    *s,
+                );
+            }
+        }
+        p = p.wrapping_add(1);
+        ring.publish(p);
+    }
+    Ok(())
+}
+
+/// Takes the oldest receive WQE off a ring; the caller serialises consumers.
+pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
+    let c = ring.consumer();
+    if ring.producer() == c {
+        return None;
+    }
+    // SAFETY: slot `c` is published and consumers are serialised by the caller.
+    let job = unsafe {
+        let hdr: RecvWqe = ring.read(c, 0);
+        let n = (hdr.num_sge as usize).min(MAX_SGE as usize);
+        let mut sges = Vec::with_capacity(n);
+        for k in 0..n {
+            sges.push(ring.read::<Sge>(
+                c,
+                std::mem::size_of::<RecvWqe>() + k * std::mem::size_of::<Sge>(),
+            ));
+        }
+        RecvJob {
+            wr_id: hdr.wr_id,
+            length: sges.iter().map(|s| s.length as u64).sum(),
+            sges,
+        }
+    };
+    ring.release(c.wrapping_add(1));
+    Some(job)
 }

@@ -310,7 +310,7 @@ fn segment(qp: &Qp, rx: &mut Rx, fpdu: &[u8]) -> Result<(), Fail> {
         // nothing more; anything else is processed as it is.
         rx.expect_rtr = false;
         crate::log::debug(
-            &qp.sh,
+            &qp.sh.log,
             format_args!("qp {}: first FPDU (opcode {opcode:?}) came", qp.qpn),
         );
         let mut tx = qp.lock_tx();

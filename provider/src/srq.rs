@@ -5,8 +5,7 @@ use std::sync::Mutex;
 
 use xiw_abi::ring::*;
 
-use crate::qp::RecvJob;
-use crate::queue::Ring;
+use crate::queue::{post_recv_ring, take_recv_ring, RecvJob, Ring};
 
 pub struct Srq {
     pub id: u32,
@@ -39,13 +38,13 @@ impl Srq {
     /// Posts receive WQEs; `Err((index, errno))` names the first one refused.
     pub fn post(&self, wrs: &[RecvJob]) -> Result<(), (usize, i32)> {
         let _g = self.post.lock().unwrap_or_else(|e| e.into_inner());
-        crate::qp::post_recv_ring(&self.ring, self.max_sge, wrs)
+        post_recv_ring(&self.ring, self.max_sge, wrs)
     }
 
     /// Takes the next receive WQE; the second value is true when the SRQ limit fired.
     pub fn take(&self) -> Option<(RecvJob, bool)> {
         let _g = self.take.lock().unwrap_or_else(|e| e.into_inner());
-        let job = crate::qp::take_recv_ring(&self.ring)?;
+        let job = take_recv_ring(&self.ring)?;
         let limit = self.limit.load(Ordering::Acquire);
         let fired = limit != 0
             && self.ring.used() < limit

@@ -337,7 +337,7 @@ unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
         let (mrs, qps) = (sh.mrs.count_for_pd(id), sh.qps_using(|q| q.pd == id));
         if mrs > 0 || qps {
             crate::log::debug(
-                sh,
+                &sh.log,
                 format_args!("dealloc_pd: still in use ({mrs} MRs, QPs: {qps})"),
             );
             return libc::EBUSY;
@@ -356,72 +356,91 @@ unsafe extern "C" fn reg_mr(
     access: i32,
 ) -> *mut ibv_mr {
     guard(ptr::null_mut(), || {
-        if pd.is_null() {
-            return null_err(libc::EINVAL);
+        // SAFETY: the caller's arguments, as libibverbs passes them.
+        match unsafe { register_mr(pd, addr, len, iova, access as u32, None) } {
+            Ok(mr) => mr,
+            Err((e, _)) => null_err(e),
         }
-        // SAFETY: pd is ours.
-        let (p, ctx) = unsafe { (pd_of(pd), (*pd).context) };
-        // SAFETY: as above.
-        let sh = unsafe { shared(ctx) };
-        let access = access as u32;
-        // Bits from IBV_ACCESS_OPTIONAL_FIRST up may be ignored by a provider.
-        let access = access & (IBV_ACCESS_OPTIONAL_FIRST - 1);
-        if access & !mem::SUPPORTED_ACCESS != 0 {
-            crate::log::debug(
-                sh,
-                format_args!("reg_mr: unsupported access flags {access:#x}"),
-            );
-            return null_err(libc::EOPNOTSUPP);
-        }
-        let wants_write = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-        if access & wants_write != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0 {
-            return null_err(libc::EINVAL);
-        }
-        if (addr.is_null() && len > 0) || (addr as u64).checked_add(len as u64).is_none() {
-            return null_err(libc::EINVAL);
-        }
-        let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
-        if len > 0 && !mapped(addr as u64, len as u64, writable) {
-            crate::log::debug(
-                sh,
-                format_args!("reg_mr: {addr:p}+{len} is not mapped with the needed protection"),
-            );
-            return null_err(libc::EFAULT);
-        }
-        let hash = crate::dv::take_pending_hash();
-        let ext = match mr_ext(sh, addr as u64, len as u64, access, hash) {
-            Ok(ext) => ext,
-            Err((e, why)) => {
-                crate::log::debug(sh, format_args!("reg_mr: {why}"));
-                crate::dv::set_last_error(&why);
-                return null_err(e);
-            }
-        };
-        let internal = if hash.is_some() {
-            access | mem::ACCESS_VERIFY
-        } else {
-            access
-        };
-        let stag = sh
-            .mrs
-            .register_ext(p.id, addr as u64, len as u64, iova, internal, ext);
-        let mr = Box::new(XiwMr {
-            vmr: verbs_mr {
-                ibv_mr: ibv_mr {
-                    context: ctx,
-                    pd,
-                    addr,
-                    length: len,
-                    handle: stag,
-                    lkey: stag,
-                    rkey: stag,
-                },
-                mr_type: IBV_MR_TYPE_MR,
-                access: access as i32,
-            },
-        });
-        Box::into_raw(mr) as *mut ibv_mr
     })
+}
+
+/// Registers memory, with a Verify hash for the direct verbs' registration.
+/// On failure: the errno and why (also logged).
+///
+/// # Safety
+/// `pd` is null or one of this provider's protection domains.
+pub(crate) unsafe fn register_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+    hash: Option<crate::persist::Hash>,
+) -> Result<*mut ibv_mr, (i32, String)> {
+    if pd.is_null() {
+        return Err((libc::EINVAL, "no protection domain".into()));
+    }
+    // SAFETY: pd is ours.
+    let (p, ctx) = unsafe { (pd_of(pd), (*pd).context) };
+    // SAFETY: as above.
+    let sh = unsafe { shared(ctx) };
+    let refuse = |e: i32, why: String| {
+        crate::log::debug(&sh.log, format_args!("reg_mr: {why}"));
+        Err((e, why))
+    };
+    // Bits from IBV_ACCESS_OPTIONAL_FIRST up may be ignored by a provider.
+    let access = access & (IBV_ACCESS_OPTIONAL_FIRST - 1);
+    if access & !mem::SUPPORTED_ACCESS != 0 {
+        return refuse(
+            libc::EOPNOTSUPP,
+            format!("unsupported access flags {access:#x}"),
+        );
+    }
+    let wants_write = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    if access & wants_write != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0 {
+        return refuse(
+            libc::EINVAL,
+            "remote write or atomic access needs local write access".into(),
+        );
+    }
+    if (addr.is_null() && len > 0) || (addr as u64).checked_add(len as u64).is_none() {
+        return refuse(libc::EINVAL, format!("bad range {addr:p}+{len}"));
+    }
+    let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
+    if len > 0 && !mapped(addr as u64, len as u64, writable) {
+        return refuse(
+            libc::EFAULT,
+            format!("{addr:p}+{len} is not mapped with the needed protection"),
+        );
+    }
+    let ext = match mr_ext(sh, addr as u64, len as u64, access, hash) {
+        Ok(ext) => ext,
+        Err((e, why)) => return refuse(e, why),
+    };
+    let internal = if hash.is_some() {
+        access | mem::ACCESS_VERIFY
+    } else {
+        access
+    };
+    let stag = sh
+        .mrs
+        .register_ext(p.id, addr as u64, len as u64, iova, internal, ext);
+    let mr = Box::new(XiwMr {
+        vmr: verbs_mr {
+            ibv_mr: ibv_mr {
+                context: ctx,
+                pd,
+                addr,
+                length: len,
+                handle: stag,
+                lkey: stag,
+                rkey: stag,
+            },
+            mr_type: IBV_MR_TYPE_MR,
+            access: access as i32,
+        },
+    });
+    Ok(Box::into_raw(mr) as *mut ibv_mr)
 }
 
 /// The flush/verify attributes of a new MR: the medium behind it, found now,
@@ -525,7 +544,7 @@ fn new_cq(
     let sh = unsafe { shared(ctx) };
     if !channel.is_null() {
         crate::log::warn(
-            sh,
+            &sh.log,
             format_args!("completion channels need the xiw kernel module"),
         );
         return Err(libc::EOPNOTSUPP);
@@ -1031,7 +1050,7 @@ fn new_qp(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) -> Result<*mut ibv
     let sh_ref = unsafe { shared(ctx) };
     if a.qp_type != IBV_QPT_RC {
         crate::log::debug(
-            sh_ref,
+            &sh_ref.log,
             format_args!("create_qp: only RC queue pairs exist on iWARP"),
         );
         return Err(libc::EOPNOTSUPP);
@@ -1543,7 +1562,7 @@ unsafe extern "C" fn post_send(
             Ok(()) => 0,
             Err((i, e)) => {
                 crate::log::debug(
-                    &x.qp.sh,
+                    &x.qp.sh.log,
                     format_args!("qp {}: post_send refused WR {i}: errno {e}", x.qp.qpn),
                 );
                 report_bad(bad, &wrs, i, wr);
@@ -1599,7 +1618,7 @@ fn with_batch(q: *mut ibv_qp_ex, f: impl FnOnce(&XiwQp, &mut Batch)) {
         let mut sec = x.lock_section();
         if sec.owner != Some(this_thread()) {
             crate::log::debug(
-                &x.qp.sh,
+                &x.qp.sh.log,
                 format_args!("qp {}: ibv_wr_* outside ibv_wr_start: ignored", x.qp.qpn),
             );
             return;
@@ -1660,7 +1679,7 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
         let x = unsafe { qpx(q) };
         let Some(mut batch) = leave_section(x) else {
             crate::log::debug(
-                &x.qp.sh,
+                &x.qp.sh.log,
                 format_args!("qp {}: ibv_wr_complete without ibv_wr_start", x.qp.qpn),
             );
             return libc::EINVAL;
@@ -1673,7 +1692,7 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
             Ok(()) => 0,
             Err((i, e)) => {
                 crate::log::debug(
-                    &x.qp.sh,
+                    &x.qp.sh.log,
                     format_args!("qp {}: wr_complete refused WR {i}: errno {e}", x.qp.qpn),
                 );
                 e
@@ -1858,7 +1877,6 @@ pub fn ops() -> verbs_context_ops {
         destroy_cq: Some(destroy_cq),
         destroy_qp: Some(destroy_qp),
         destroy_srq: Some(destroy_srq),
-        free_context: Some(crate::device::free_context),
         modify_qp: Some(modify_qp),
         modify_srq: Some(modify_srq),
         poll_cq: Some(poll_cq),
