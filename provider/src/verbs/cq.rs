@@ -1,0 +1,291 @@
+//! Completion queues: creation, and polling through `ibv_poll_cq` and the
+//! extended `ibv_cq_ex` interface.
+
+use super::*;
+
+pub(super) fn new_cq(
+    ctx: *mut ibv_context,
+    cqe: i32,
+    channel: *mut ibv_comp_channel,
+    wc_flags: u64,
+) -> Result<*mut XiwCq, i32> {
+    // SAFETY: ctx is ours.
+    let sh = unsafe { shared(ctx) };
+    if !channel.is_null() {
+        crate::log::warn(
+            &sh.log,
+            format_args!("completion channels need the xiw kernel module"),
+        );
+        return Err(libc::EOPNOTSUPP);
+    }
+    if cqe <= 0 || cqe as u32 > MAX_CQE {
+        return Err(libc::EINVAL);
+    }
+    let id = sh.next_id();
+    let cq =
+        Arc::new(Cq::new(id, cqe as u32).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?);
+    // SAFETY: ibv_cq_ex is plain data (pointers, integers, pthread objects, function
+    // pointers); all-zero is a valid starting value.
+    let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ex.context = ctx;
+    ex.handle = id;
+    ex.cqe = cq.capacity() as i32;
+    let b = Box::new(XiwCq {
+        vcq: verbs_cq {
+            cq_ex: ManuallyDrop::new(ex),
+        },
+        cq,
+        cur: UnsafeCell::new(None),
+        wc_flags,
+    });
+    let p = Box::into_raw(b);
+    sh.set_handle(id, p as usize);
+    Ok(p)
+}
+
+pub(super) unsafe extern "C" fn create_cq(
+    ctx: *mut ibv_context,
+    cqe: i32,
+    channel: *mut ibv_comp_channel,
+    _vector: i32,
+) -> *mut ibv_cq {
+    guard(ptr::null_mut(), || match new_cq(ctx, cqe, channel, 0) {
+        Ok(p) => p as *mut ibv_cq,
+        Err(e) => null_err(e),
+    })
+}
+
+pub(super) const CQ_EX_FLAGS: u64 = (IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS) as u64;
+
+pub(super) unsafe extern "C" fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard(ptr::null_mut(), || {
+        if attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: the caller passes a valid attribute struct.
+        let a = unsafe { &*attr };
+        if a.wc_flags & !CQ_EX_FLAGS != 0 {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        match new_cq(ctx, a.cqe as i32, a.channel, a.wc_flags) {
+            Ok(p) => {
+                // SAFETY: p was just allocated; we are its only user.
+                let ex = unsafe { &mut *(*p).vcq.cq_ex };
+                ex.start_poll = Some(cq_start_poll);
+                ex.next_poll = Some(cq_next_poll);
+                ex.end_poll = Some(cq_end_poll);
+                ex.read_opcode = Some(cq_read_opcode);
+                ex.read_vendor_err = Some(cq_read_vendor_err);
+                ex.read_byte_len = Some(cq_read_byte_len);
+                ex.read_imm_data = Some(cq_read_imm_data);
+                ex.read_qp_num = Some(cq_read_qp_num);
+                ex.read_src_qp = Some(cq_read_src_qp);
+                ex.read_wc_flags = Some(cq_read_wc_flags);
+                ex.read_slid = Some(cq_read_zero_u32);
+                ex.read_sl = Some(cq_read_zero_u8);
+                ex.read_dlid_path_bits = Some(cq_read_zero_u8);
+                p as *mut ibv_cq_ex
+            }
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
+    guard(libc::EIO, || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: cq is ours.
+        let (c, sh) = unsafe { (cq_of(cq), shared((*cq).context)) };
+        if Arc::strong_count(&c.cq) > 1 {
+            return libc::EBUSY;
+        }
+        sh.set_handle(c.cq.id, 0);
+        let read = sh.events.retire(cq as u64);
+        // SAFETY: the CQ's own pthread objects and counter, initialised at creation.
+        unsafe {
+            crate::events::wait_acks(
+                &mut (*cq).mutex as *mut _ as *mut libc::pthread_mutex_t,
+                &mut (*cq).cond as *mut _ as *mut libc::pthread_cond_t,
+                &(*cq).async_events_completed,
+                read,
+            )
+        };
+        // SAFETY: allocated by new_cq with Box; handed back once.
+        drop(unsafe { Box::from_raw(cq as *mut XiwCq) });
+        0
+    })
+}
+
+pub(super) fn fill_wc(wc: &mut ibv_wc, c: &Cqe) {
+    wc.wr_id = c.wr_id;
+    wc.status = c.status as ibv_wc_status;
+    wc.opcode = c.opcode as ibv_wc_opcode;
+    wc.vendor_err = c.vendor_err;
+    wc.byte_len = c.byte_len;
+    wc.__bindgen_anon_1.imm_data = c.imm_or_inv;
+    wc.qp_num = c.qp_num;
+    wc.src_qp = 0;
+    wc.wc_flags = c.wc_flags as u32;
+    wc.pkey_index = 0;
+    wc.slid = 0;
+    wc.sl = 0;
+    wc.dlid_path_bits = 0;
+}
+
+pub(super) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc) -> i32 {
+    guard(-1, || {
+        if cq.is_null() || n < 0 || (wc.is_null() && n > 0) {
+            return -1;
+        }
+        // SAFETY: cq is ours.
+        let c = unsafe { cq_of(cq) };
+        let poll = || {
+            c.cq.poll(n as usize, |i, cqe| {
+                // SAFETY: the caller provides room for `n` completions; i < n.
+                fill_wc(unsafe { &mut *wc.add(i) }, cqe)
+            })
+        };
+        match poll() {
+            0 if n > 0 => {
+                c.cq.assist();
+                poll() as i32
+            }
+            got => got as i32,
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: i32) -> i32 {
+    guard(libc::EIO, || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: cq is ours.
+        let c = unsafe { cq_of(cq) };
+        let arm = if solicited != 0 {
+            xiw_abi::ring::CQ_ARM_SOLICITED
+        } else {
+            xiw_abi::ring::CQ_ARM_NEXT
+        };
+        c.cq.ring.header().arm.store(arm, Ordering::Release);
+        0
+    })
+}
+
+pub(super) unsafe fn cq_ex<'a>(cq: *mut ibv_cq_ex) -> &'a XiwCq {
+    // SAFETY: every ibv_cq_ex handed out is the first member of an XiwCq.
+    unsafe { &*(cq as *mut XiwCq) }
+}
+
+/// Loads the completion at the head into `cur` and the public fields; ENOENT if none.
+pub(super) unsafe fn cq_load(cq: *mut ibv_cq_ex, c: &XiwCq) -> i32 {
+    let head = c.cq.head();
+    // SAFETY: `cur` is only touched between start_poll and end_poll, under the consumer lock.
+    unsafe { *c.cur.get() = head };
+    match head {
+        Some(cqe) => {
+            // SAFETY: cq is ours and exclusively polled under the consumer lock.
+            unsafe {
+                (*cq).wr_id = cqe.wr_id;
+                (*cq).status = cqe.status as ibv_wc_status;
+            }
+            0
+        }
+        None => libc::ENOENT,
+    }
+}
+
+pub(super) unsafe extern "C" fn cq_start_poll(
+    cq: *mut ibv_cq_ex,
+    _attr: *mut ibv_poll_cq_attr,
+) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: cq is ours.
+        let c = unsafe { cq_ex(cq) };
+        if c.cq.is_empty() {
+            c.cq.assist();
+        }
+        c.cq.lock_consumer();
+        // SAFETY: lock held.
+        let r = unsafe { cq_load(cq, c) };
+        if r == libc::ENOENT {
+            // No end_poll follows an empty start_poll.
+            // SAFETY: we took the lock just above.
+            unsafe { c.cq.unlock_consumer() };
+        }
+        r
+    })
+}
+
+pub(super) unsafe extern "C" fn cq_next_poll(cq: *mut ibv_cq_ex) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: cq is ours; start_poll took the consumer lock.
+        let c = unsafe { cq_ex(cq) };
+        // SAFETY: as above.
+        if unsafe { (*c.cur.get()).is_some() } {
+            c.cq.advance();
+        }
+        // SAFETY: as above.
+        unsafe { cq_load(cq, c) }
+    })
+}
+
+pub(super) unsafe extern "C" fn cq_end_poll(cq: *mut ibv_cq_ex) {
+    guard((), || {
+        // SAFETY: cq is ours; start_poll took the consumer lock.
+        let c = unsafe { cq_ex(cq) };
+        // SAFETY: as above.
+        if unsafe { (*c.cur.get()).take().is_some() } {
+            c.cq.advance();
+        }
+        // SAFETY: start_poll took the lock.
+        unsafe { c.cq.unlock_consumer() };
+    })
+}
+
+pub(super) fn cur_cqe(cq: *mut ibv_cq_ex) -> Cqe {
+    // SAFETY: read accessors run between start_poll and end_poll on our CQ.
+    unsafe { (*cq_ex(cq).cur.get()).unwrap_or_default() }
+}
+
+pub(super) unsafe extern "C" fn cq_read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
+    cur_cqe(cq).opcode as ibv_wc_opcode
+}
+pub(super) unsafe extern "C" fn cq_read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).vendor_err
+}
+pub(super) unsafe extern "C" fn cq_read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).byte_len
+}
+pub(super) unsafe extern "C" fn cq_read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).imm_or_inv
+}
+pub(super) unsafe extern "C" fn cq_read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).qp_num
+}
+pub(super) unsafe extern "C" fn cq_read_src_qp(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+pub(super) unsafe extern "C" fn cq_read_wc_flags(cq: *mut ibv_cq_ex) -> u32 {
+    cur_cqe(cq).wc_flags as u32
+}
+pub(super) unsafe extern "C" fn cq_read_zero_u32(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+pub(super) unsafe extern "C" fn cq_read_zero_u8(_cq: *mut ibv_cq_ex) -> u8 {
+    0
+}

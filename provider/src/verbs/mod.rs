@@ -1,0 +1,186 @@
+//! The verbs surface: every `extern "C"` entry libibverbs calls.
+//!
+//! Each entry checks its pointers, converts, calls safe Rust and maps errors to
+//! errno; a panic is caught here and never crosses into C.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::mem::{size_of, ManuallyDrop};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::ThreadId;
+
+use xiw_abi::driver::*;
+use xiw_abi::ring::{op, wqe_flag, Cqe, SendWqe, Sge};
+use xiw_abi::verbs::*;
+
+use crate::context::Shared;
+use crate::cq::Cq;
+use crate::devinfo;
+use crate::mem;
+use crate::mem::NEED_NONE;
+use crate::qp::{Caps, Qp, RecvJob, SendBody};
+use crate::srq::Srq;
+
+pub const MAX_CQE: u32 = 1 << 20;
+pub const MAX_QP: u32 = 16384;
+pub const MAX_MR: u32 = 1 << 24;
+pub const MAX_SRQ: u32 = 16384;
+pub const MAX_PD: u32 = 65536;
+pub const MAX_MSG_SZ: u32 = 1 << 31;
+pub const VENDOR_ID: u32 = 0x787769; // "xwi"
+pub const VENDOR_PART_ID: u32 = 1;
+
+pub(crate) fn set_errno(e: i32) {
+    // SAFETY: errno is thread-local.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f`, turning a panic into `on_panic` (and EIO in errno).
+pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        on_panic
+    })
+}
+
+/// Points the caller's `bad_wr` at the WR that was refused.
+fn report_bad<T>(bad: *mut *mut T, wrs: &[*mut T], i: usize, first: *mut T) {
+    if !bad.is_null() {
+        // SAFETY: `bad` is the caller's out pointer for the failing WR.
+        unsafe { *bad = wrs.get(i).copied().unwrap_or(first) };
+    }
+}
+
+/// Returns null with errno set.
+fn null_err<T>(e: i32) -> *mut T {
+    set_errno(e);
+    ptr::null_mut()
+}
+
+#[repr(C)]
+pub struct XiwContext {
+    pub vctx: verbs_context,
+    pub sh: *const Shared,
+    pub progress: *mut std::thread::JoinHandle<()>,
+}
+
+#[repr(C)]
+pub struct XiwPd {
+    pub ibv: ibv_pd,
+    pub id: u32,
+}
+
+#[repr(C)]
+pub struct XiwMr {
+    pub vmr: verbs_mr,
+}
+
+#[repr(C)]
+pub struct XiwCq {
+    pub vcq: verbs_cq,
+    pub cq: Arc<Cq>,
+    /// Extended polling: the completion `start_poll`/`next_poll` is looking at.
+    cur: UnsafeCell<Option<Cqe>>,
+    wc_flags: u64,
+}
+
+#[repr(C)]
+pub struct XiwQp {
+    pub vqp: verbs_qp,
+    pub qp: Arc<Qp>,
+    /// `ibv_wr_start` .. `ibv_wr_complete`/`ibv_wr_abort`: a per-QP critical
+    /// section (ibv_wr_post(3), CONCURRENCY) and the batch built inside it.
+    section: Mutex<Section>,
+    section_free: Condvar,
+}
+
+#[repr(C)]
+pub struct XiwSrq {
+    pub vsrq: verbs_srq,
+    pub srq: Arc<Srq>,
+}
+
+/// # Safety
+/// `ctx` is a context this provider allocated.
+pub(crate) unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
+    // SAFETY: `ibv_context` is the last member of `verbs_context`, which is the first
+    // member of `XiwContext`; `sh` is set before the context is handed out.
+    unsafe {
+        let vctx =
+            (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
+        &*(*vctx).sh
+    }
+}
+
+unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> &'a XiwPd {
+    // SAFETY: every ibv_pd handed out is the first member of an XiwPd.
+    unsafe { &*(pd as *mut XiwPd) }
+}
+
+unsafe fn qp_of<'a>(qp: *mut ibv_qp) -> &'a XiwQp {
+    // SAFETY: every ibv_qp handed out is the first member of an XiwQp.
+    unsafe { &*(qp as *mut XiwQp) }
+}
+
+unsafe fn cq_of<'a>(cq: *mut ibv_cq) -> &'a XiwCq {
+    // SAFETY: every ibv_cq (and ibv_cq_ex) handed out is the first member of an XiwCq.
+    unsafe { &*(cq as *mut XiwCq) }
+}
+
+unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a XiwSrq {
+    // SAFETY: every ibv_srq handed out is the first member of an XiwSrq.
+    unsafe { &*(srq as *mut XiwSrq) }
+}
+
+mod cq;
+mod device;
+mod mr;
+mod qp;
+mod srq;
+mod wr;
+
+use cq::*;
+use device::*;
+use mr::*;
+use qp::*;
+use srq::*;
+use wr::*;
+
+pub use device::device_attr;
+pub(crate) use mr::register_mr;
+pub(crate) use wr::{begin_dv, fail_batch};
+
+/// The ops table handed to libibverbs; entries left out answer EOPNOTSUPP.
+pub fn ops() -> verbs_context_ops {
+    verbs_context_ops {
+        alloc_pd: Some(alloc_pd),
+        async_event: Some(async_event),
+        create_cq: Some(create_cq),
+        create_cq_ex: Some(create_cq_ex),
+        create_qp: Some(create_qp),
+        create_qp_ex: Some(create_qp_ex),
+        create_srq: Some(create_srq),
+        create_srq_ex: Some(create_srq_ex),
+        dealloc_pd: Some(dealloc_pd),
+        dereg_mr: Some(dereg_mr),
+        destroy_cq: Some(destroy_cq),
+        destroy_qp: Some(destroy_qp),
+        destroy_srq: Some(destroy_srq),
+        modify_qp: Some(modify_qp),
+        modify_srq: Some(modify_srq),
+        poll_cq: Some(poll_cq),
+        post_recv: Some(post_recv),
+        post_send: Some(post_send),
+        post_srq_recv: Some(post_srq_recv),
+        query_device_ex: Some(query_device_ex),
+        query_port: Some(query_port),
+        query_qp: Some(query_qp),
+        query_srq: Some(query_srq),
+        reg_mr: Some(reg_mr),
+        req_notify_cq: Some(req_notify_cq),
+        ..verbs_context_ops::EMPTY
+    }
+}

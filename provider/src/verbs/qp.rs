@@ -1,0 +1,584 @@
+//! Queue pairs: creation, state, posting.
+
+use super::*;
+
+pub const SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_RDMA_WRITE
+    | IBV_QP_EX_WITH_RDMA_READ
+    | IBV_QP_EX_WITH_LOCAL_INV) as u64;
+
+/// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45+), and xiw's own Verify and masked atomics (xiwdv.h).
+pub const QP_EX_WITH_FLUSH: u64 = 1 << 11;
+pub const QP_EX_WITH_VERIFY: u64 = 1 << 32;
+pub const QP_EX_WITH_MASKED_ATOMICS: u64 = 1 << 33;
+
+/// What RFC 7306 and the commit draft add to the builders.
+pub const SEND_OPS_EXT: u64 = (IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | IBV_QP_EX_WITH_SEND_WITH_IMM
+    | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | IBV_QP_EX_WITH_ATOMIC_WRITE) as u64
+    | QP_EX_WITH_FLUSH
+    | QP_EX_WITH_VERIFY
+    | QP_EX_WITH_MASKED_ATOMICS;
+
+pub(super) fn new_qp(
+    ctx: *mut ibv_context,
+    a: &mut ibv_qp_init_attr_ex,
+) -> Result<*mut ibv_qp, i32> {
+    // SAFETY: ctx is ours.
+    let sh_ref = unsafe { shared(ctx) };
+    if a.qp_type != IBV_QPT_RC {
+        crate::log::debug(
+            &sh_ref.log,
+            format_args!("create_qp: only RC queue pairs exist on iWARP"),
+        );
+        return Err(libc::EOPNOTSUPP);
+    }
+    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let ops = if sh_ref.cfg.extensions {
+        SEND_OPS | SEND_OPS_EXT
+    } else {
+        SEND_OPS
+    };
+    if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !ops != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if a.pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let c = &mut a.cap;
+    if c.max_send_wr > crate::qp::MAX_QP_WR
+        || c.max_recv_wr > crate::qp::MAX_QP_WR
+        || c.max_send_sge > crate::qp::MAX_SGE
+        || c.max_recv_sge > crate::qp::MAX_SGE
+        || c.max_inline_data > crate::qp::MAX_INLINE
+    {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: pd, CQs and SRQ pointers come from this provider.
+    let (p, scq, rcq) = unsafe { (pd_of(a.pd), cq_of(a.send_cq), cq_of(a.recv_cq)) };
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { srq_of(a.srq) }.srq.clone())
+    };
+    let max_send_sge = c.max_send_sge.max(1);
+    let stride = xiw_abi::ring::send_stride(max_send_sge, c.max_inline_data);
+    let max_inline = (stride - size_of::<SendWqe>() as u32).min(crate::qp::MAX_INLINE);
+    let caps = Caps {
+        max_send_wr: c.max_send_wr.max(1),
+        max_recv_wr: if srq.is_some() {
+            0
+        } else {
+            c.max_recv_wr.max(1)
+        },
+        max_send_sge,
+        max_recv_sge: if srq.is_some() {
+            0
+        } else {
+            c.max_recv_sge.max(1)
+        },
+        max_inline,
+    };
+    let sh = {
+        // SAFETY: the context outlives its QPs; we only need a counted handle.
+        let raw = unsafe {
+            let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context))
+                as *mut XiwContext;
+            (*vctx).sh
+        };
+        // SAFETY: `sh` came from Arc::into_raw in alloc_context and is still alive.
+        unsafe {
+            Arc::increment_strong_count(raw);
+            Arc::from_raw(raw)
+        }
+    };
+    let q = Qp::new(
+        sh.clone(),
+        p.id,
+        scq.cq.clone(),
+        rcq.cq.clone(),
+        srq,
+        caps,
+        a.sq_sig_all != 0,
+    )
+    .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+    c.max_send_wr = q.sq.entries.min(crate::qp::MAX_QP_WR);
+    c.max_recv_wr = q.rq.as_ref().map(|r| r.entries).unwrap_or(0);
+    c.max_send_sge = caps.max_send_sge;
+    c.max_recv_sge = caps.max_recv_sge;
+    c.max_inline_data = caps.max_inline;
+    let q = Arc::new(q);
+    q.send_cq.attach(&q);
+    if !Arc::ptr_eq(&q.send_cq, &q.recv_cq) {
+        q.recv_cq.attach(&q);
+    }
+    let qpn = q.qpn;
+    // SAFETY: verbs_qp is plain data; all-zero is a valid starting value.
+    let mut v: verbs_qp = unsafe { std::mem::zeroed() };
+    {
+        // SAFETY: writing the ibv_qp_ex view of a zeroed union.
+        let ex = unsafe { &mut *v.u.qp_ex };
+        let b = &mut ex.qp_base;
+        b.context = ctx;
+        b.qp_context = a.qp_context;
+        b.pd = a.pd;
+        b.send_cq = a.send_cq;
+        b.recv_cq = a.recv_cq;
+        b.srq = a.srq;
+        b.handle = qpn;
+        b.qp_num = qpn;
+        b.state = IBV_QPS_RESET;
+        b.qp_type = IBV_QPT_RC;
+        ex.wr_start = Some(wr_start);
+        ex.wr_complete = Some(wr_complete);
+        ex.wr_abort = Some(wr_abort);
+        ex.wr_send = Some(wr_send);
+        ex.wr_send_inv = Some(wr_send_inv);
+        ex.wr_rdma_write = Some(wr_rdma_write);
+        ex.wr_rdma_read = Some(wr_rdma_read);
+        ex.wr_local_inv = Some(wr_local_inv);
+        if sh_ref.cfg.extensions {
+            ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+            ex.wr_send_imm = Some(wr_send_imm);
+            ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+            ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+            ex.wr_atomic_write = Some(wr_atomic_write);
+        }
+        ex.wr_set_sge = Some(wr_set_sge);
+        ex.wr_set_sge_list = Some(wr_set_sge_list);
+        ex.wr_set_inline_data = Some(wr_set_inline_data);
+        ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    }
+    v.comp_mask = VERBS_QP_EX;
+    let b = Box::into_raw(Box::new(XiwQp {
+        vqp: v,
+        qp: q.clone(),
+        section: Mutex::new(Section::default()),
+        section_free: Condvar::new(),
+    }));
+    // SAFETY: b is fresh; its pthread objects are initialised before anyone uses them.
+    unsafe {
+        let base = &mut (*(*b).vqp.u.qp_ex).qp_base;
+        libc::pthread_mutex_init(
+            &mut base.mutex as *mut _ as *mut libc::pthread_mutex_t,
+            ptr::null(),
+        );
+        libc::pthread_cond_init(
+            &mut base.cond as *mut _ as *mut libc::pthread_cond_t,
+            ptr::null(),
+        );
+    }
+    q.handle.store(b as usize, Ordering::Release);
+    sh.register_qp(q);
+    Ok(b as *mut ibv_qp)
+}
+
+pub(super) unsafe extern "C" fn create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    guard(ptr::null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: caller's struct.
+        let a = unsafe { &mut *attr };
+        let mut ex = ibv_qp_init_attr_ex {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+            comp_mask: IBV_QP_INIT_ATTR_PD,
+            pd,
+            ..Default::default()
+        };
+        // SAFETY: pd is ours.
+        match new_qp(unsafe { (*pd).context }, &mut ex) {
+            Ok(q) => {
+                a.cap = ex.cap;
+                q
+            }
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard(ptr::null_mut(), || {
+        if attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: caller's struct.
+        match new_qp(ctx, unsafe { &mut *attr }) {
+            Ok(q) => q,
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let (x, sh) = unsafe { (qp_of(qp), shared((*qp).context)) };
+        let q = &x.qp;
+        q.destroyed.store(true, Ordering::Release);
+        q.handle.store(0, Ordering::Release);
+        let read = sh.events.retire(qp as u64);
+        // SAFETY: the QP's own pthread objects and counter, initialised at creation.
+        unsafe {
+            crate::events::wait_acks(
+                &mut (*qp).mutex as *mut _ as *mut libc::pthread_mutex_t,
+                &mut (*qp).cond as *mut _ as *mut libc::pthread_cond_t,
+                &(*qp).events_completed,
+                read,
+            )
+        };
+        // Let the last bytes go out: hand whatever is still staged to the socket
+        // once more, then close the stream gracefully.
+        crate::tx::kick(q);
+        q.detach_stream();
+        q.lock_cm().close(sh);
+        sh.unregister_qp(q.qpn);
+        // The progress thread (an event, a timer) or the media worker may still
+        // hold the QP for a moment. Its CQs, SRQ and PD are busy until the QP is
+        // gone, so drop it here, once this is the last reference (try_unwrap
+        // takes it atomically, so no timer can pick it up in between).
+        // SAFETY: allocated by new_qp with Box; handed back once.
+        let XiwQp { qp: mut q, .. } = *unsafe { Box::from_raw(qp as *mut XiwQp) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match Arc::try_unwrap(q) {
+                Ok(last) => {
+                    drop(last);
+                    break;
+                }
+                Err(still) if std::time::Instant::now() < deadline => {
+                    q = still;
+                    std::thread::yield_now();
+                }
+                Err(_) => break,
+            }
+        }
+        0
+    })
+}
+
+pub(super) unsafe extern "C" fn modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: i32,
+) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let (x, a) = unsafe { (qp_of(qp), &*attr) };
+        match crate::qpstate::modify(&x.qp, a, mask as u32) {
+            Ok(state) => {
+                // SAFETY: our ibv_qp; the state field mirrors the QP's.
+                unsafe { (*qp).state = state };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: i32,
+    init: *mut ibv_qp_init_attr,
+) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() || attr.is_null() || init.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let (x, base) = unsafe { (qp_of(qp), &*qp) };
+        let q = &x.qp;
+        let at = *q.attrs.lock().unwrap_or_else(|e| e.into_inner());
+        let cap = ibv_qp_cap {
+            max_send_wr: q.sq.entries.min(crate::qp::MAX_QP_WR),
+            max_recv_wr: q.rq.as_ref().map(|r| r.entries).unwrap_or(0),
+            max_send_sge: q.caps.max_send_sge,
+            max_recv_sge: q.caps.max_recv_sge,
+            max_inline_data: q.caps.max_inline,
+        };
+        let state = q.state();
+        // SAFETY: caller's structs.
+        unsafe {
+            *attr = ibv_qp_attr {
+                qp_state: state,
+                cur_qp_state: state,
+                path_mtu: at.path_mtu,
+                path_mig_state: IBV_MIG_MIGRATED,
+                qkey: 0,
+                rq_psn: at.rq_psn,
+                sq_psn: at.sq_psn,
+                dest_qp_num: at.dest_qp_num,
+                qp_access_flags: at.qp_access_flags,
+                cap,
+                ah_attr: at.ah_attr,
+                pkey_index: at.pkey_index,
+                en_sqd_async_notify: 0,
+                sq_draining: 0,
+                max_rd_atomic: at.max_rd_atomic,
+                max_dest_rd_atomic: at.max_dest_rd_atomic,
+                min_rnr_timer: at.min_rnr_timer,
+                port_num: at.port_num,
+                timeout: at.timeout,
+                retry_cnt: at.retry_cnt,
+                rnr_retry: at.rnr_retry,
+                ..Default::default()
+            };
+            *init = ibv_qp_init_attr {
+                qp_context: base.qp_context,
+                send_cq: base.send_cq,
+                recv_cq: base.recv_cq,
+                srq: base.srq,
+                cap,
+                qp_type: IBV_QPT_RC,
+                sq_sig_all: q.sq_sig_all as i32,
+            };
+        }
+        0
+    })
+}
+
+/// Converts one `ibv_send_wr` into a WQE, checking it against the QP's limits.
+pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> {
+    let n = w.num_sge.max(0) as usize;
+    if n > q.caps.max_send_sge as usize {
+        return Err(libc::EINVAL);
+    }
+    let sges: &[ibv_sge] = if n == 0 || w.sg_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    let mut wqe = SendWqe {
+        wr_id: w.wr_id,
+        ..Default::default()
+    };
+    // SAFETY: reading the union member that matches the opcode.
+    unsafe {
+        match w.opcode {
+            IBV_WR_SEND => wqe.opcode = op::SEND,
+            IBV_WR_SEND_WITH_INV => {
+                wqe.opcode = op::SEND_INV;
+                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
+            }
+            IBV_WR_RDMA_WRITE => {
+                wqe.opcode = op::WRITE;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+            }
+            IBV_WR_RDMA_READ => {
+                wqe.opcode = op::READ;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+            }
+            IBV_WR_LOCAL_INV => {
+                wqe.opcode = op::LOCAL_INV;
+                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
+            }
+            IBV_WR_RDMA_WRITE_WITH_IMM if q.sh.cfg.extensions => {
+                wqe.opcode = op::WRITE_IMM;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+                wqe.imm_or_inv = w.__bindgen_anon_1.imm_data;
+            }
+            IBV_WR_SEND_WITH_IMM if q.sh.cfg.extensions => {
+                wqe.opcode = op::SEND_IMM;
+                wqe.imm_or_inv = w.__bindgen_anon_1.imm_data;
+            }
+            IBV_WR_ATOMIC_FETCH_AND_ADD if q.sh.cfg.extensions => {
+                wqe.opcode = op::ATOMIC_FETCH_ADD;
+                wqe.remote_addr = w.wr.atomic.remote_addr;
+                wqe.rkey = w.wr.atomic.rkey;
+                wqe.operand0 = w.wr.atomic.compare_add;
+            }
+            IBV_WR_ATOMIC_CMP_AND_SWP if q.sh.cfg.extensions => {
+                wqe.opcode = op::ATOMIC_CMP_SWP;
+                wqe.remote_addr = w.wr.atomic.remote_addr;
+                wqe.rkey = w.wr.atomic.rkey;
+                wqe.operand0 = w.wr.atomic.compare_add;
+                wqe.operand1 = w.wr.atomic.swap;
+            }
+            IBV_WR_ATOMIC_WRITE if q.sh.cfg.extensions => {
+                // The 8 bytes come from the SGE list and are taken now, as inline data is.
+                wqe.opcode = op::ATOMIC_WRITE;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+                let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+                if total != 8 {
+                    return Err(libc::EINVAL);
+                }
+                let mut data = Vec::with_capacity(8);
+                for s in sges.iter().filter(|s| s.length > 0) {
+                    q.sh.mrs
+                        .read(
+                            s.lkey,
+                            q.pd,
+                            s.addr,
+                            s.length as usize,
+                            NEED_NONE,
+                            &mut data,
+                        )
+                        .map_err(|_| libc::EINVAL)?;
+                }
+                wqe.operand0 = u64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
+                return finish_wqe(q, wqe, w.send_flags & !IBV_SEND_INLINE, Vec::new());
+            }
+            _ => return Err(libc::EINVAL),
+        }
+    }
+    finish_wqe(
+        q,
+        wqe,
+        w.send_flags,
+        sges.iter()
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect(),
+    )
+}
+
+/// Applies send flags and builds the body (inline bytes are copied now).
+pub(super) fn finish_wqe(
+    q: &Qp,
+    mut wqe: SendWqe,
+    flags: u32,
+    sges: Vec<Sge>,
+) -> Result<(SendWqe, SendBody), i32> {
+    let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+    if total > MAX_MSG_SZ as u64 {
+        return Err(libc::EINVAL);
+    }
+    wqe.length = total as u32;
+    match wqe.opcode {
+        // The original value comes back into exactly one 64-bit buffer.
+        op::ATOMIC_CMP_SWP
+        | op::ATOMIC_FETCH_ADD
+        | op::ATOMIC_MASKED_CMP_SWP
+        | op::ATOMIC_MASKED_FETCH_ADD
+        | op::ATOMIC_SWAP
+            if total != 8 || flags & IBV_SEND_INLINE != 0 =>
+        {
+            return Err(libc::EINVAL)
+        }
+        op::FLUSH | op::ATOMIC_WRITE if total != 0 => return Err(libc::EINVAL),
+        op::VERIFY if flags & IBV_SEND_INLINE != 0 => return Err(libc::EINVAL),
+        _ => {}
+    }
+    if flags & IBV_SEND_SIGNALED != 0 {
+        wqe.flags |= wqe_flag::SIGNALED;
+    }
+    if flags & IBV_SEND_SOLICITED != 0 {
+        wqe.flags |= wqe_flag::SOLICITED;
+    }
+    if flags & IBV_SEND_FENCE != 0 {
+        wqe.flags |= wqe_flag::FENCE;
+    }
+    if flags & IBV_SEND_INLINE != 0
+        && matches!(
+            wqe.opcode,
+            op::SEND | op::SEND_INV | op::SEND_IMM | op::WRITE | op::WRITE_IMM
+        )
+    {
+        if total > q.caps.max_inline as u64 {
+            return Err(libc::EINVAL);
+        }
+        let mut bytes = Vec::with_capacity(total as usize);
+        for s in &sges {
+            // SAFETY: inline data is read from the caller's buffers now, as the
+            // verbs contract says; no lkey applies.
+            bytes.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+            });
+        }
+        wqe.flags |= wqe_flag::INLINE;
+        return Ok((wqe, SendBody::Inline(bytes)));
+    }
+    wqe.num_sge = sges.len() as u8;
+    Ok((wqe, SendBody::Sges(sges)))
+}
+
+pub(super) unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let x = unsafe { qp_of(qp) };
+        let mut wrs = Vec::new();
+        let mut cur = wr;
+        while !cur.is_null() {
+            wrs.push(cur);
+            // SAFETY: caller's linked list.
+            cur = unsafe { (*cur).next };
+        }
+        // SAFETY: each pointer is a valid WR from the caller's list.
+        let mut it = wrs.iter().map(|&w| unsafe { send_wqe(&x.qp, &*w) });
+        match x.qp.post_send(&mut it) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                crate::log::debug(
+                    &x.qp.sh.log,
+                    format_args!("qp {}: post_send refused WR {i}: errno {e}", x.qp.qpn),
+                );
+                report_bad(bad, &wrs, i, wr);
+                e
+            }
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> i32 {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let x = unsafe { qp_of(qp) };
+        // SAFETY: the caller's WR list.
+        let (jobs, wrs) = unsafe { recv_jobs(wr) };
+        match x.qp.post_recv(&jobs) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                report_bad(bad, &wrs, i, wr);
+                e
+            }
+        }
+    })
+}

@@ -1,0 +1,212 @@
+//! Shared receive queues.
+
+use super::*;
+
+pub(super) fn new_srq(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    attr: &mut ibv_srq_attr,
+    srq_context: *mut c_void,
+) -> Result<*mut ibv_srq, i32> {
+    if pd.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: ctx and pd are ours.
+    let (sh, p) = unsafe { (shared(ctx), pd_of(pd)) };
+    if attr.max_wr == 0 || attr.max_wr > crate::qp::MAX_QP_WR || attr.max_sge > crate::qp::MAX_SGE {
+        return Err(libc::EINVAL);
+    }
+    let id = sh.next_id();
+    let srq =
+        Arc::new(Srq::new(id, p.id, attr.max_wr, attr.max_sge.max(1)).map_err(|_| libc::ENOMEM)?);
+    srq.limit.store(attr.srq_limit, Ordering::Release);
+    attr.max_wr = srq.capacity();
+    attr.max_sge = srq.max_sge;
+    // SAFETY: ibv_srq/verbs_srq are plain data; all-zero is a valid starting value.
+    let mut v: verbs_srq = unsafe { std::mem::zeroed() };
+    v.srq.context = ctx;
+    v.srq.srq_context = srq_context;
+    v.srq.pd = pd;
+    v.srq.handle = id;
+    v.srq_type = IBV_SRQT_BASIC;
+    let b = Box::into_raw(Box::new(XiwSrq { vsrq: v, srq }));
+    // SAFETY: b is fresh; the pthread objects are initialised in place before use.
+    unsafe {
+        libc::pthread_mutex_init(
+            &mut (*b).vsrq.srq.mutex as *mut _ as *mut libc::pthread_mutex_t,
+            ptr::null(),
+        );
+        libc::pthread_cond_init(
+            &mut (*b).vsrq.srq.cond as *mut _ as *mut libc::pthread_cond_t,
+            ptr::null(),
+        );
+    }
+    sh.set_handle(id, b as usize);
+    Ok(b as *mut ibv_srq)
+}
+
+pub(super) unsafe extern "C" fn create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard(ptr::null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: valid pointers from the caller.
+        let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
+        match new_srq(ctx, pd, &mut a.attr, a.srq_context) {
+            Ok(p) => p,
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn create_srq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard(ptr::null_mut(), || {
+        if attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: valid pointer from the caller.
+        let a = unsafe { &mut *attr };
+        let known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+        if a.comp_mask & !known != 0 || a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        match new_srq(ctx, a.pd, &mut a.attr, a.srq_context) {
+            Ok(p) => p,
+            Err(e) => null_err(e),
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: i32,
+) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let (s, a) = unsafe { (srq_of(srq), &*attr) };
+        let mask = mask as u32;
+        if mask & IBV_SRQ_MAX_WR != 0 {
+            return libc::EOPNOTSUPP;
+        }
+        if mask & IBV_SRQ_LIMIT != 0 {
+            if a.srq_limit > s.srq.capacity() {
+                return libc::EINVAL;
+            }
+            s.srq.limit.store(a.srq_limit, Ordering::Release);
+        }
+        0
+    })
+}
+
+pub(super) unsafe extern "C" fn query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours / caller's.
+        let s = unsafe { srq_of(srq) };
+        // SAFETY: caller's struct.
+        unsafe {
+            *attr = ibv_srq_attr {
+                max_wr: s.srq.capacity(),
+                max_sge: s.srq.max_sge,
+                srq_limit: s.srq.limit.load(Ordering::Acquire),
+            }
+        };
+        0
+    })
+}
+
+pub(super) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let (s, sh) = unsafe { (srq_of(srq), shared((*srq).context)) };
+        if Arc::strong_count(&s.srq) > 1 {
+            return libc::EBUSY;
+        }
+        sh.set_handle(s.srq.id, 0);
+        let read = sh.events.retire(srq as u64);
+        // SAFETY: the SRQ's own pthread objects and counter, initialised at creation.
+        unsafe {
+            crate::events::wait_acks(
+                &mut (*srq).mutex as *mut _ as *mut libc::pthread_mutex_t,
+                &mut (*srq).cond as *mut _ as *mut libc::pthread_cond_t,
+                &(*srq).events_completed,
+                read,
+            )
+        };
+        // SAFETY: allocated by new_srq with Box; handed back once.
+        drop(unsafe { Box::from_raw(srq as *mut XiwSrq) });
+        0
+    })
+}
+
+pub(super) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> i32 {
+    guard(libc::EIO, || {
+        if srq.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: ours.
+        let s = unsafe { srq_of(srq) };
+        // SAFETY: the caller's WR list.
+        let (jobs, wrs) = unsafe { recv_jobs(wr) };
+        match s.srq.post(&jobs) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                report_bad(bad, &wrs, i, wr);
+                e
+            }
+        }
+    })
+}
+
+pub(super) unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (Vec<RecvJob>, Vec<*mut ibv_recv_wr>) {
+    let mut jobs = Vec::new();
+    let mut wrs = Vec::new();
+    while !wr.is_null() {
+        // SAFETY: the caller's linked list of valid WRs.
+        let w = unsafe { &*wr };
+        let n = w.num_sge.max(0) as usize;
+        let sges: Vec<Sge> = if n == 0 || w.sg_list.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+            unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+                .iter()
+                .map(|s| Sge {
+                    addr: s.addr,
+                    length: s.length,
+                    lkey: s.lkey,
+                })
+                .collect()
+        };
+        jobs.push(RecvJob {
+            wr_id: w.wr_id,
+            length: sges.iter().map(|s| s.length as u64).sum(),
+            sges,
+        });
+        wrs.push(wr);
+        wr = w.next;
+    }
+    (jobs, wrs)
+}

@@ -1,0 +1,331 @@
+//! The `ibv_qp_ex` work request builders. `ibv_wr_start` ..
+//! `ibv_wr_complete`/`ibv_wr_abort` is a per-QP critical section (ibv_wr_post(3)).
+
+use super::*;
+
+/// Who is between `wr_start` and `wr_complete`/`wr_abort`, and what they built.
+#[derive(Default)]
+pub(super) struct Section {
+    owner: Option<ThreadId>,
+    batch: Batch,
+}
+
+thread_local! {
+    static THREAD: ThreadId = std::thread::current().id();
+}
+
+pub(super) fn this_thread() -> ThreadId {
+    THREAD.with(|t| *t)
+}
+
+#[derive(Default)]
+pub(super) struct Batch {
+    items: Vec<(SendWqe, SendBody)>,
+    /// The WR being built: its header and `ibv_send_flags`, waiting for a payload.
+    pending: Option<(SendWqe, u32)>,
+    err: i32,
+}
+
+impl Batch {
+    fn seal(&mut self, q: &Qp, sges: Vec<Sge>, inline: bool) {
+        let Some((wqe, flags)) = self.pending.take() else {
+            return;
+        };
+        let flags = if inline {
+            flags | IBV_SEND_INLINE
+        } else {
+            flags & !IBV_SEND_INLINE
+        };
+        if !inline && sges.len() > q.caps.max_send_sge as usize {
+            self.err = libc::EINVAL;
+            return;
+        }
+        match finish_wqe(q, wqe, flags, sges) {
+            Ok(item) => self.items.push(item),
+            Err(e) => self.err = e,
+        }
+    }
+}
+
+pub(super) unsafe fn qpx<'a>(q: *mut ibv_qp_ex) -> &'a XiwQp {
+    // SAFETY: every ibv_qp_ex handed out is the first member of an XiwQp.
+    unsafe { &*(q as *mut XiwQp) }
+}
+
+impl XiwQp {
+    fn lock_section(&self) -> std::sync::MutexGuard<'_, Section> {
+        self.section.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs a builder on the batch of the calling thread's section; a builder
+/// called outside `wr_start` .. `wr_complete` is ignored (another thread may be
+/// building its own batch on this QP).
+pub(super) fn with_batch(q: *mut ibv_qp_ex, f: impl FnOnce(&XiwQp, &mut Batch)) {
+    guard((), || {
+        // SAFETY: ours.
+        let x = unsafe { qpx(q) };
+        let mut sec = x.lock_section();
+        if sec.owner != Some(this_thread()) {
+            crate::log::debug(
+                &x.qp.sh.log,
+                format_args!("qp {}: ibv_wr_* outside ibv_wr_start: ignored", x.qp.qpn),
+            );
+            return;
+        }
+        f(x, &mut sec.batch)
+    })
+}
+
+/// Starts a new WR with the wr_id and flags the application set on the QP.
+pub(super) fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
+    // SAFETY: ours; wr_id/wr_flags are plain fields the section's owner just wrote.
+    let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
+    with_batch(q, |x, b| {
+        b.seal(&x.qp, Vec::new(), false);
+        let mut wqe = SendWqe {
+            wr_id,
+            opcode,
+            ..Default::default()
+        };
+        set(&mut wqe);
+        b.pending = Some((wqe, flags));
+    })
+}
+
+/// Enters the QP's critical section, waiting while another thread is in it.
+pub(super) unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
+    guard((), || {
+        // SAFETY: ours.
+        let x = unsafe { qpx(q) };
+        let me = this_thread();
+        let mut sec = x.lock_section();
+        while sec.owner.is_some_and(|o| o != me) {
+            sec = x.section_free.wait(sec).unwrap_or_else(|e| e.into_inner());
+        }
+        // A second wr_start without wr_complete starts over.
+        sec.owner = Some(me);
+        sec.batch = Batch::default();
+    })
+}
+
+/// Leaves the section if the calling thread holds it; its batch, if so.
+pub(super) fn leave_section(x: &XiwQp) -> Option<Batch> {
+    let mut sec = x.lock_section();
+    if sec.owner != Some(this_thread()) {
+        return None;
+    }
+    sec.owner = None;
+    let batch = std::mem::take(&mut sec.batch);
+    drop(sec);
+    x.section_free.notify_one();
+    Some(batch)
+}
+
+/// Leaves the section, then posts its batch: all of it, or (on an error) none.
+pub(super) unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: ours.
+        let x = unsafe { qpx(q) };
+        let Some(mut batch) = leave_section(x) else {
+            crate::log::debug(
+                &x.qp.sh.log,
+                format_args!("qp {}: ibv_wr_complete without ibv_wr_start", x.qp.qpn),
+            );
+            return libc::EINVAL;
+        };
+        batch.seal(&x.qp, Vec::new(), false);
+        if batch.err != 0 {
+            return batch.err;
+        }
+        match x.qp.post_batch(batch.items) {
+            Ok(()) => 0,
+            Err((i, e)) => {
+                crate::log::debug(
+                    &x.qp.sh.log,
+                    format_args!("qp {}: wr_complete refused WR {i}: errno {e}", x.qp.qpn),
+                );
+                e
+            }
+        }
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
+    guard((), || {
+        // SAFETY: ours.
+        leave_section(unsafe { qpx(q) });
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
+    begin(q, op::SEND, |_| {})
+}
+
+pub(super) unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, inv: u32) {
+    begin(q, op::SEND_INV, |w| w.imm_or_inv = inv)
+}
+
+pub(super) unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin(q, op::WRITE, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
+    begin(q, op::READ, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    begin(q, op::LOCAL_INV, |w| w.imm_or_inv = rkey)
+}
+
+pub(super) unsafe extern "C" fn wr_rdma_write_imm(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    imm: u32,
+) {
+    begin(q, op::WRITE_IMM, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.imm_or_inv = imm;
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
+    begin(q, op::SEND_IMM, |w| w.imm_or_inv = imm)
+}
+
+pub(super) unsafe extern "C" fn wr_atomic_cmp_swp(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    begin(q, op::ATOMIC_CMP_SWP, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.operand0 = compare;
+        w.operand1 = swap;
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_atomic_fetch_add(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    add: u64,
+) {
+    begin(q, op::ATOMIC_FETCH_ADD, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.operand0 = add;
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_atomic_write(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    data: *const c_void,
+) {
+    if data.is_null() {
+        with_batch(q, |_, b| b.err = libc::EINVAL);
+        return;
+    }
+    let mut v = [0u8; 8];
+    // SAFETY: the verbs contract: `data` points at the 8 bytes to write, read now.
+    unsafe { ptr::copy_nonoverlapping(data as *const u8, v.as_mut_ptr(), 8) };
+    begin(q, op::ATOMIC_WRITE, |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.operand0 = u64::from_ne_bytes(v);
+    })
+}
+
+/// Starts an xiw-only WR (xiwdv.h) on a QP the caller says is xiw's.
+pub(crate) fn begin_dv(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
+    begin(q, opcode, set)
+}
+
+/// Makes the next wr_complete on `q` fail with `err`.
+pub(crate) fn fail_batch(q: *mut ibv_qp_ex, err: i32) {
+    with_batch(q, |_, b| {
+        b.pending = None;
+        b.err = err;
+    })
+}
+
+pub(super) fn set_payload(q: *mut ibv_qp_ex, sges: Vec<Sge>, inline: bool) {
+    with_batch(q, |x, b| {
+        if b.pending.is_none() {
+            b.err = libc::EINVAL;
+            return;
+        }
+        b.seal(&x.qp, sges, inline);
+    })
+}
+
+pub(super) unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    set_payload(q, vec![Sge { addr, length, lkey }], false)
+}
+
+pub(super) unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    let sges = if n == 0 || list.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller passes `n` SGEs at `list`.
+        unsafe { std::slice::from_raw_parts(list, n) }
+            .iter()
+            .map(|s| Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect()
+    };
+    set_payload(q, sges, false)
+}
+
+pub(super) unsafe extern "C" fn wr_set_inline_data(
+    q: *mut ibv_qp_ex,
+    addr: *mut c_void,
+    length: usize,
+) {
+    set_payload(
+        q,
+        vec![Sge {
+            addr: addr as u64,
+            length: length as u32,
+            lkey: 0,
+        }],
+        true,
+    )
+}
+
+pub(super) unsafe extern "C" fn wr_set_inline_data_list(
+    q: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
+    let sges = if n == 0 || list.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller passes `n` buffers at `list`.
+        unsafe { std::slice::from_raw_parts(list, n) }
+            .iter()
+            .map(|d| Sge {
+                addr: d.addr as u64,
+                length: d.length as u32,
+                lkey: 0,
+            })
+            .collect()
+    };
+    set_payload(q, sges, true)
+}
