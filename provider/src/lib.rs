@@ -14,6 +14,7 @@ pub mod devinfo;
 pub mod dv;
 pub mod events;
 pub mod log;
+pub mod maps;
 pub mod mem;
 pub mod persist;
 pub mod progress;

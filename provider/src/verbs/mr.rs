@@ -175,40 +175,11 @@ pub(super) fn mr_ext(
 /// True if `[addr, addr+len)` is mapped readable (and writable if asked), as
 /// pinning would find it; later accesses rely on this.
 pub(super) fn mapped(addr: u64, len: u64, writable: bool) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return true;
-    };
-    let mut need = addr;
-    let end = addr + len;
-    let mut ranges: Vec<(u64, u64, bool, bool)> = maps
-        .lines()
-        .filter_map(|l| {
-            let mut it = l.split_whitespace();
-            let range = it.next()?;
-            let perms = it.next()?.as_bytes();
-            let (a, b) = range.split_once('-')?;
-            Some((
-                u64::from_str_radix(a, 16).ok()?,
-                u64::from_str_radix(b, 16).ok()?,
-                perms.first() == Some(&b'r'),
-                perms.get(1) == Some(&b'w'),
-            ))
-        })
-        .collect();
-    ranges.sort_unstable();
-    for (a, b, r, w) in ranges {
-        if b <= need || a > need {
-            continue;
-        }
-        if !r || (writable && !w) {
-            return false;
-        }
-        need = b;
-        if need >= end {
-            return true;
-        }
+    match crate::maps::read() {
+        Ok(maps) => crate::maps::covered(&maps, addr, len, writable),
+        // Without /proc the check cannot be made; the registration goes ahead.
+        Err(_) => true,
     }
-    false
 }
 
 pub(super) unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
