@@ -10,7 +10,9 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -36,30 +38,23 @@ const PD_STAMP_LEN: usize = 8;
 
 /// A listening socket on the device address; returns it and its port.
 pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
-    let fd = socket_for(addr)?;
-    bind(fd.as_raw_fd(), SocketAddr::new(addr, 0))?;
+    let s = socket_for(addr)?;
+    s.bind(&SocketAddr::new(addr, 0).into())?;
     // Many QPs may connect at once (perftest -q, MPI): use the system's limit.
-    // SAFETY: plain syscall on a socket we own.
-    if unsafe { libc::listen(fd.as_raw_fd(), libc::SOMAXCONN) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let port = local_addr(fd.as_raw_fd())?.port();
-    Ok((fd, port))
+    s.listen(libc::SOMAXCONN)?;
+    let port = s
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?
+        .port();
+    Ok((s.into(), port))
 }
 
 /// Accepts one connection, non-blocking.
-pub fn accept(listener: RawFd) -> Option<OwnedFd> {
-    // SAFETY: accept4 on a listening socket; no address wanted.
-    let fd = unsafe {
-        libc::accept4(
-            listener,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-        )
-    };
-    // SAFETY: accept4 returned a new descriptor that nothing else owns.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+pub fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
+    let (s, _) = SockRef::from(listener).accept().ok()?;
+    s.set_nonblocking(true).ok()?;
+    Some(s.into())
 }
 
 /// The QPN an MPA Request is addressed to, from xiw's private data.
@@ -198,24 +193,13 @@ impl Cm {
     fn connect(&mut self, qp: &Qp) -> io::Result<()> {
         let (addr, qpn) = self.peer.expect("peer known");
         let sh = &qp.sh;
-        let fd = socket_for(addr)?;
-        bind(fd.as_raw_fd(), SocketAddr::new(sh.dev.addr, 0))?;
-        let sa = SocketAddr::new(addr, (qpn >> 8) as u16);
-        let (storage, len) = sockaddr(sa);
-        // SAFETY: `storage` holds a valid sockaddr of `len` bytes.
-        let r = unsafe {
-            libc::connect(
-                fd.as_raw_fd(),
-                &storage as *const _ as *const libc::sockaddr,
-                len,
-            )
-        };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINPROGRESS) {
-                return Err(e);
-            }
+        let s = socket_for(addr)?;
+        s.bind(&SocketAddr::new(sh.dev.addr, 0).into())?;
+        match s.connect(&SocketAddr::new(addr, (qpn >> 8) as u16).into()) {
+            Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => return Err(e),
+            _ => {}
         }
+        let fd = OwnedFd::from(s);
         sh.watch_cm(fd.as_raw_fd(), qp.qpn, true, true)?;
         self.sock = Some(fd);
         self.phase = Phase::Connecting;
@@ -257,7 +241,11 @@ impl Cm {
             let h = self.held.swap_remove(oldest);
             refuse(qp, h.sock);
         }
-        let from = peer_addr_of(fd.as_raw_fd()).map(|a| canonical(a.ip()));
+        let from = SockRef::from(&fd)
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| canonical(a.ip()));
         self.held.push(Held {
             sock: fd,
             req,
@@ -275,7 +263,11 @@ impl Cm {
         match self.phase {
             Phase::Connecting if writable => {
                 let fd = self.sock_fd();
-                let err = get_int(fd, libc::SOL_SOCKET, libc::SO_ERROR).unwrap_or(libc::EIO);
+                let err = match self.sock.as_ref().map(|s| SockRef::from(s).take_error()) {
+                    Some(Ok(None)) => 0,
+                    Some(Ok(Some(e))) | Some(Err(e)) => e.raw_os_error().unwrap_or(libc::EIO),
+                    None => libc::EIO,
+                };
                 if err == libc::ECONNREFUSED || err == libc::ECONNRESET {
                     // The peer may not be listening yet (or is between attempts): retry.
                     self.drop_sock(qp);
@@ -309,17 +301,10 @@ impl Cm {
         let mut i = 0;
         while i < self.held.len() {
             let fd = self.held[i].sock.as_raw_fd();
-            let mut b = [0u8; 1];
-            // SAFETY: a one-byte peek into a live buffer on a socket we own.
-            let n = unsafe {
-                libc::recv(
-                    fd,
-                    b.as_mut_ptr() as *mut libc::c_void,
-                    1,
-                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
-                )
-            };
-            let alive = n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EAGAIN);
+            let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+            let peek = SockRef::from(&self.held[i].sock)
+                .recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
+            let alive = matches!(peek, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
             if alive {
                 i += 1;
                 continue;
@@ -538,7 +523,9 @@ impl Cm {
     /// MPA is done: hand the stream to the data path.
     fn establish(&mut self, qp: &Qp, initiator: bool, agreed: &setup::Agreed, peer_flags: u32) {
         let fd = self.sock_fd();
-        let _ = set_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+        if let Some(s) = &self.sock {
+            let _ = SockRef::from(s).set_tcp_nodelay(true);
+        }
         let crc = agreed.crc;
         // The responder waits for the ready-to-receive message, if one was agreed.
         let await_rtr = !initiator && agreed.rtr != mpa::Rtr::None;
@@ -644,20 +631,7 @@ fn refuse(qp: &Qp, sock: OwnedFd) {
 /// Closes a stream with a reset (SO_LINGER 0): for connections that never
 /// carried data, so nothing reported sent can be lost.
 fn abort_stream(sock: OwnedFd) {
-    let l = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: setsockopt with a pointer to a live struct linger of the given size.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            &l as *const libc::linger as *const libc::c_void,
-            std::mem::size_of::<libc::linger>() as u32,
-        )
-    };
+    let _ = SockRef::from(&sock).set_linger(Some(Duration::ZERO));
     drop(sock);
 }
 
@@ -750,154 +724,15 @@ fn canonical(a: IpAddr) -> IpAddr {
     }
 }
 
-fn socket_for(addr: IpAddr) -> io::Result<OwnedFd> {
-    let family = if addr.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    // SAFETY: plain socket(2).
-    let fd = unsafe {
-        libc::socket(
-            family,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn sockaddr(sa: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain old data; all-zero is a valid value.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match sa {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in, sin) };
-            (
-                st,
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            )
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            unsafe { std::ptr::write(&mut st as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            (
-                st,
-                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-            )
-        }
-    }
-}
-
-fn from_storage(st: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match st.ss_family as i32 {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin = unsafe { &*(st as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::new(
-                IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()),
-                u16::from_be(sin.sin_port),
-            ))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let sin6 = unsafe { &*(st as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::new(
-                IpAddr::from(sin6.sin6_addr.s6_addr),
-                u16::from_be(sin6.sin6_port),
-            ))
-        }
-        _ => None,
-    }
-}
-
-fn bind(fd: RawFd, sa: SocketAddr) -> io::Result<()> {
-    let (st, len) = sockaddr(sa);
-    // SAFETY: `st` holds a valid sockaddr of `len` bytes.
-    if unsafe { libc::bind(fd, &st as *const _ as *const libc::sockaddr, len) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn local_addr(fd: RawFd) -> io::Result<SocketAddr> {
-    // SAFETY: zeroed storage is valid; getsockname writes at most `len` bytes.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: as above.
-    if unsafe { libc::getsockname(fd, &mut st as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    from_storage(&st).ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
-}
-
-fn peer_addr_of(fd: RawFd) -> Option<SocketAddr> {
-    // SAFETY: zeroed storage is valid; getpeername writes at most `len` bytes.
-    let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-    // SAFETY: as above.
-    if unsafe { libc::getpeername(fd, &mut st as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
-        return None;
-    }
-    from_storage(&st)
-}
-
-fn set_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
-    // SAFETY: setsockopt with a pointer to a live int.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            &v as *const i32 as *const libc::c_void,
-            std::mem::size_of::<i32>() as u32,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
-    let mut v: i32 = 0;
-    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-    // SAFETY: getsockopt into a live int of `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            &mut v as *mut i32 as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(v)
+/// A non-blocking TCP socket for `addr`'s family (close-on-exec, as socket2 makes every socket).
+fn socket_for(addr: IpAddr) -> io::Result<Socket> {
+    let s = Socket::new(
+        Domain::for_address(SocketAddr::new(addr, 0)),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    s.set_nonblocking(true)?;
+    Ok(s)
 }
 
 /// Writes a small control frame on a fresh connection, waiting briefly if needed.

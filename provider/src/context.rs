@@ -367,14 +367,16 @@ impl Shared {
 
     /// A listener is readable: accept, and wait for each connection's MPA Request.
     pub fn on_listen(&self, port: u16) {
-        let fd = {
+        // Accepted under the lock: the listener cannot be closed (its port's
+        // last QP freed) and its descriptor reused meanwhile.
+        let accepted: Vec<OwnedFd> = {
             let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
             match ports.iter().find(|s| s.port == port) {
-                Some(s) => s.fd.as_raw_fd(),
+                Some(s) => std::iter::from_fn(|| crate::cm::accept(&s.fd)).collect(),
                 None => return,
             }
         };
-        while let Some(conn) = crate::cm::accept(fd) {
+        for conn in accepted {
             let id = self.next_pending.fetch_add(1, Ordering::Relaxed);
             if self
                 .epoll(
