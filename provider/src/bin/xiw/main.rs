@@ -13,22 +13,63 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{Args, Parser, Subcommand};
+
 use xiw::devinfo::{self, DeviceInfo};
 
-const USAGE: &str = "\
-usage: xiw up [--netdev IFACE]... [--root DIR]
-       xiw down [--root DIR]
-       xiw status [--root DIR]
+/// Sets up xiw devices in standalone mode (no kernel RDMA): a sysfs tree
+/// that points libibverbs at them.
+#[derive(Parser, Debug)]
+#[command(
+    name = "xiw",
+    after_help = "DIR defaults to /run/xiw/sysfs, or /run/xiw/netns-NAME/sysfs inside the \
+                  network namespace NAME."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
 
-  up      create devices xiw0, xiw1, ... (one per --netdev, default lo) as a
-          sysfs tree under DIR and print `export SYSFS_PATH=DIR`, so that
-          eval \"$(xiw up)\" points libibverbs at them; replaces the devices
-          of an earlier `up` with the same DIR (needs root)
-  down    remove the tree and its /dev/infiniband nodes (needs root)
-  status  list the devices of the tree
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create devices and print the `export SYSFS_PATH=DIR` that finds them (needs root)
+    ///
+    /// Creates devices xiw0, xiw1, ... (one per --netdev, default lo) as a sysfs
+    /// tree under DIR and prints `export SYSFS_PATH=DIR`, so that
+    /// eval "$(xiw up)" points libibverbs at them; replaces the devices of an
+    /// earlier `up` with the same DIR.
+    Up {
+        /// A network interface to put a device on (repeat for more)
+        #[arg(long = "netdev", value_name = "IFACE")]
+        netdevs: Vec<String>,
+        #[command(flatten)]
+        root: RootArg,
+    },
+    /// Remove the tree and its /dev/infiniband nodes (needs root)
+    Down {
+        #[command(flatten)]
+        root: RootArg,
+    },
+    /// List the devices of the tree
+    Status {
+        #[command(flatten)]
+        root: RootArg,
+    },
+}
 
-DIR defaults to /run/xiw/sysfs, or /run/xiw/netns-NAME/sysfs inside the
-network namespace NAME.";
+#[derive(Args, Debug)]
+struct RootArg {
+    /// Where the sysfs tree lives
+    #[arg(long, value_name = "DIR", value_parser = non_empty_path)]
+    root: Option<PathBuf>,
+}
+
+fn non_empty_path(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() {
+        return Err("needs a non-empty directory".into());
+    }
+    Ok(PathBuf::from(s))
+}
 
 /// The file in the tree's root recording the /dev entries `up` created, so
 /// `down` removes exactly those. Its presence also marks a directory as
@@ -46,28 +87,49 @@ struct Options {
     root: Option<PathBuf>,
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some((cmd, rest)) = args.split_first() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    if matches!(cmd.as_str(), "-h" | "--help" | "help") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
+impl Cmd {
+    fn name(&self) -> &'static str {
+        match self {
+            Cmd::Up { .. } => "up",
+            Cmd::Down { .. } => "down",
+            Cmd::Status { .. } => "status",
+        }
     }
-    let opts = match parse_options(cmd, rest) {
+
+    /// The options, checked beyond what clap checks: an interface named twice.
+    fn options(&self) -> Result<Options, String> {
+        let (netdevs, root) = match self {
+            Cmd::Up { netdevs, root } => (netdevs.clone(), root),
+            Cmd::Down { root } | Cmd::Status { root } => (Vec::new(), root),
+        };
+        if let Some(dup) = netdevs
+            .iter()
+            .enumerate()
+            .find(|(i, n)| netdevs[..*i].contains(n))
+        {
+            return Err(format!("--netdev {} given twice", dup.1));
+        }
+        Ok(Options {
+            netdevs,
+            root: root.root.clone(),
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cmd = cli.cmd.name();
+    let opts = match cli.cmd.options() {
         Ok(o) => o,
         Err(msg) => {
-            eprintln!("xiw: {msg}\n{USAGE}");
+            eprintln!("xiw {cmd}: {msg}");
             return ExitCode::from(2);
         }
     };
-    let result = match cmd.as_str() {
-        "up" => cmd_up(&opts),
-        "down" => cmd_down(&opts),
-        "status" => cmd_status(&opts),
-        _ => unreachable!("parse_options accepts only known commands"),
+    let result = match cli.cmd {
+        Cmd::Up { .. } => cmd_up(&opts),
+        Cmd::Down { .. } => cmd_down(&opts),
+        Cmd::Status { .. } => cmd_status(&opts),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,48 +138,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn parse_options(cmd: &str, args: &[String]) -> Result<Options, String> {
-    if !matches!(cmd, "up" | "down" | "status") {
-        return Err(format!("unknown command {cmd:?}"));
-    }
-    let mut opts = Options {
-        netdevs: Vec::new(),
-        root: None,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        // Accept both `--opt value` and `--opt=value`.
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_string())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match name {
-            "--netdev" if cmd == "up" => {
-                let v = value()?;
-                if opts.netdevs.contains(&v) {
-                    return Err(format!("--netdev {v} given twice"));
-                }
-                opts.netdevs.push(v);
-            }
-            "--root" => {
-                let v = value()?;
-                if v.is_empty() {
-                    return Err("--root needs a non-empty directory".into());
-                }
-                opts.root = Some(PathBuf::from(v));
-            }
-            _ => return Err(format!("unexpected argument {arg:?} for `{cmd}`")),
-        }
-    }
-    Ok(opts)
 }
 
 /// The tree's root: --root made absolute (SYSFS_PATH is used from any
@@ -448,23 +468,23 @@ fn shell_quote(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn args(v: &[&str]) -> Vec<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn parse(a: &[&str]) -> Result<Options, String> {
+        let cli = Cli::try_parse_from(std::iter::once("xiw").chain(a.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.cmd.options()
     }
 
     #[test]
     fn parses_options() {
-        let o = parse_options(
-            "up",
-            &args(&["--netdev", "lo", "--netdev=eth0", "--root", "/x"]),
-        )
-        .unwrap();
+        let o = parse(&["up", "--netdev", "lo", "--netdev=eth0", "--root", "/x"]).unwrap();
         assert_eq!(o.netdevs, ["lo", "eth0"]);
         assert_eq!(o.root, Some(PathBuf::from("/x")));
-        assert!(parse_options("up", &args(&["--netdev"])).is_err());
-        assert!(parse_options("up", &args(&["--netdev", "lo", "--netdev", "lo"])).is_err());
-        assert!(parse_options("down", &args(&["--netdev", "lo"])).is_err());
-        assert!(parse_options("sideways", &[]).is_err());
+        assert!(parse(&["up", "--netdev"]).is_err());
+        assert!(parse(&["up", "--netdev", "lo", "--netdev", "lo"]).is_err());
+        assert!(parse(&["up", "--root="]).is_err());
+        assert!(parse(&["down", "--netdev", "lo"]).is_err());
+        assert!(parse(&["sideways"]).is_err());
+        assert!(parse(&[]).is_err());
     }
 
     #[test]
