@@ -135,6 +135,25 @@ unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a XiwSrq {
     unsafe { &*(srq as *mut XiwSrq) }
 }
 
+/// The application's SGE list as the rings hold it.
+///
+/// # Safety
+/// `list` is null or points at `n` SGEs.
+unsafe fn sge_list(list: *const ibv_sge, n: usize) -> Vec<Sge> {
+    if n == 0 || list.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: per the caller.
+    unsafe { std::slice::from_raw_parts(list, n) }
+        .iter()
+        .map(|s| Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect()
+}
+
 mod cq;
 mod device;
 mod mr;

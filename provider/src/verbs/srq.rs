@@ -187,19 +187,8 @@ pub(super) unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (Vec<RecvJob>, Vec<*
         // SAFETY: the caller's linked list of valid WRs.
         let w = unsafe { &*wr };
         let n = w.num_sge.max(0) as usize;
-        let sges: Vec<Sge> = if n == 0 || w.sg_list.is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
-            unsafe { std::slice::from_raw_parts(w.sg_list, n) }
-                .iter()
-                .map(|s| Sge {
-                    addr: s.addr,
-                    length: s.length,
-                    lkey: s.lkey,
-                })
-                .collect()
-        };
+        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+        let sges = unsafe { sge_list(w.sg_list, n) };
         jobs.push(RecvJob {
             wr_id: w.wr_id,
             length: sges.iter().map(|s| s.length as u64).sum(),

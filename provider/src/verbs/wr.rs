@@ -277,20 +277,8 @@ pub(super) unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u
 }
 
 pub(super) unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
-    let sges = if n == 0 || list.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: the caller passes `n` SGEs at `list`.
-        unsafe { std::slice::from_raw_parts(list, n) }
-            .iter()
-            .map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect()
-    };
-    set_payload(q, sges, false)
+    // SAFETY: the caller passes `n` SGEs at `list`.
+    set_payload(q, unsafe { sge_list(list, n) }, false)
 }
 
 pub(super) unsafe extern "C" fn wr_set_inline_data(
