@@ -31,6 +31,8 @@ mod atomic;
 mod durable;
 #[path = "../bench/floor.rs"]
 mod floor;
+#[path = "../bench/instr.rs"]
+mod instr;
 #[path = "../bench/perftest.rs"]
 mod perftest;
 #[path = "../bench/qpmem.rs"]
@@ -49,6 +51,7 @@ use perftest::Column;
 const USAGE: &str = "\
 usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--root DIR]
                  [--log-dir DIR]
+       xiw-bench --instr [--root DIR]
 
   --quick       one round of a fifth of the iterations and 0.3 s per log
                 append case (~25 s instead of 4-5 min; noisier)
@@ -61,6 +64,8 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
   --root DIR    device tree to make and remove (default /run/xiw/bench)
   --log-dir DIR where the durable log append keeps its 64 MiB file (default
                 /var/tmp; a real file system: tmpfs cannot be flushed to)
+  --instr       only the instructions per 2-byte message on each side of
+                ib_send_bw and ib_write_bw, counted by callgrind (valgrind)
 
 Other XIW_* variables in the environment reach the xiw processes unchanged.";
 
@@ -69,6 +74,7 @@ const PAIR_TIMEOUT: Duration = Duration::from_secs(120);
 
 struct Opts {
     quick: bool,
+    instr: bool,
     spin_us: Option<u64>,
     no_crc: bool,
     repeat: usize,
@@ -80,6 +86,7 @@ struct Opts {
 fn parse_opts(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         quick: false,
+        instr: false,
         spin_us: None,
         no_crc: false,
         repeat: 0,
@@ -94,6 +101,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         let num = |s: String| s.parse::<u64>().map_err(|e| format!("{s}: {e}"));
         match a.as_str() {
             "--quick" => o.quick = true,
+            "--instr" => o.instr = true,
             "--no-crc" => o.no_crc = true,
             "--spin-us" => o.spin_us = Some(num(val(a)?)?),
             "--repeat" => repeat = Some(num(val(a)?)?.max(1) as usize),
@@ -988,6 +996,45 @@ fn bench(o: Opts) -> ExitCode {
     }
 }
 
+/// `--instr`: user-space instructions per 2-byte message on each side.
+fn instr_bench(o: &Opts) -> ExitCode {
+    const ITERS: usize = 5_000;
+    let dev = harness::device_at(&o.root, "lo", "127.0.0.1");
+    let dir = std::env::temp_dir().join(format!("xiw-bench-instr-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let mut t = Table::new(&[
+        "perftest, 2 B, callgrind",
+        "posting (post_send)",
+        "receiving (receive path, + repost for Sends)",
+        "both",
+    ]);
+    let mut failed = false;
+    for tool in ["ib_send_bw", "ib_write_bw"] {
+        eprintln!("  {tool} -s 2 -n {ITERS} under callgrind ...");
+        match instr::measure(&dev, &[], tool, ITERS, &dir) {
+            Ok(c) => t.row(vec![
+                format!("`{tool} -s 2`"),
+                format!("{:.0}", c.posting),
+                format!("{:.0}", c.receiving),
+                format!("{:.0}", c.posting + c.receiving),
+            ]),
+            Err(e) => {
+                eprintln!("xiw-bench: {e}");
+                failed = true;
+            }
+        }
+    }
+    harness::device_down(&o.root);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("## xiw-bench --instr: user-space instructions per message ({ITERS} messages)\n");
+    t.print();
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 fn sub(r: std::io::Result<String>) -> ExitCode {
     match r {
         Ok(line) => {
@@ -1038,6 +1085,7 @@ fn main() -> ExitCode {
             sub(qpmem::run("xiw0", port_of(&args[2]), Some(&args[1]), n))
         }
         _ => match parse_opts(&args) {
+            Ok(o) if o.instr => instr_bench(&o),
             Ok(o) => bench(o),
             Err(e) => {
                 if !e.is_empty() {
