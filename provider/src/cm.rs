@@ -449,15 +449,11 @@ impl Cm {
         let Some(newest) = (0..self.held.len()).max_by_key(|&i| self.held[i].req.stamp) else {
             return Ok(());
         };
-        let floor = if self.phase == Phase::Established {
-            self.stamp
-        } else {
-            0
-        };
         let h = self.held.swap_remove(newest);
         self.turn_away(qp, |_| true);
         if self.phase == Phase::Established {
-            if h.req.stamp <= floor {
+            // Tentative: only a newer attempt replaces the one answered.
+            if h.req.stamp <= self.stamp {
                 refuse(qp, h.sock);
                 return Ok(());
             }
