@@ -13,20 +13,8 @@ use crate::persist::{Hash, Media};
 
 use xiw_abi::verbs::*;
 
-/// Why an access was refused, mapped to a Terminate code or a completion status by the caller.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AccessError {
-    #[error("invalid STag")]
-    InvalidStag,
-    #[error("STag belongs to another protection domain")]
-    WrongPd,
-    #[error("access rights violation")]
-    Access,
-    #[error("base or bounds violation")]
-    Bounds,
-    #[error("tagged offset wraps")]
-    Wrap,
-}
+/// Why an access was refused (the engine's type: it maps it to a Terminate).
+pub use xiw_engine::fault::AccessFault as AccessError;
 
 pub struct Mr {
     /// Host address of the first byte.

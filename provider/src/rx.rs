@@ -696,41 +696,34 @@ fn read_response(
 /// The peer sent a Terminate: map it to a completion status for the oldest
 /// outstanding request (RFC 5040 section 7.2).
 fn peer_terminated(_qp: &Qp, payload: &[u8]) -> Fail {
-    let parsed = term::Packet::new_checked(payload).and_then(|p| term::TerminateRepr::parse(&p));
-    let status = match parsed {
-        Ok(t) => match (t.layer, t.etype, t.ecode) {
-            (term::LAYER_RDMAP, term::RDMAP_ETYPE_REMOTE_PROTECTION, _) => IBV_WC_REM_ACCESS_ERR,
-            // A peer without an operation (RFC 7306 section 3.1.4 discovery).
-            (
-                term::LAYER_RDMAP,
-                term::RDMAP_ETYPE_REMOTE_OPERATION,
-                term::RDMAP_ECODE_UNEXPECTED_OPCODE,
-            ) => IBV_WC_REM_INV_REQ_ERR,
-            (term::LAYER_DDP, term::DDP_ETYPE_TAGGED_BUFFER, _) => IBV_WC_REM_ACCESS_ERR,
-            (term::LAYER_DDP, term::DDP_ETYPE_UNTAGGED_BUFFER, term::DDP_ECODE_U_MSG_TOO_LONG) => {
-                IBV_WC_REM_INV_REQ_ERR
-            }
-            (
-                term::LAYER_DDP,
-                term::DDP_ETYPE_UNTAGGED_BUFFER,
-                term::DDP_ECODE_U_INVALID_MSN_NO_BUFFER,
-            ) => IBV_WC_RNR_RETRY_EXC_ERR,
-            _ => IBV_WC_REM_OP_ERR,
-        },
-        Err(_) => IBV_WC_REM_OP_ERR,
-    };
-    let event = if status == IBV_WC_REM_ACCESS_ERR {
-        IBV_EVENT_QP_ACCESS_ERR
-    } else {
-        IBV_EVENT_QP_FATAL
-    };
+    let (status, event) = xiw_engine::fault::peer_terminate(payload);
     Fail {
         why: "peer sent a Terminate".into(),
         term: None,
-        sq_status: Some(status),
+        sq_status: Some(ibv_status(status)),
         rq_status: None,
-        event,
+        event: ibv_event(event),
         linger: false,
+    }
+}
+
+/// The engine's status as the verbs report it.
+fn ibv_status(s: xiw_engine::fault::Status) -> u32 {
+    use xiw_engine::fault::Status;
+    match s {
+        Status::RemoteAccess => IBV_WC_REM_ACCESS_ERR,
+        Status::RemoteInvalidRequest => IBV_WC_REM_INV_REQ_ERR,
+        Status::RemoteOperation => IBV_WC_REM_OP_ERR,
+        Status::ReceiverNotReady => IBV_WC_RNR_RETRY_EXC_ERR,
+    }
+}
+
+/// The engine's event as the verbs report it.
+fn ibv_event(e: xiw_engine::fault::Event) -> u32 {
+    use xiw_engine::fault::Event;
+    match e {
+        Event::QpFatal => IBV_EVENT_QP_FATAL,
+        Event::QpAccessError => IBV_EVENT_QP_ACCESS_ERR,
     }
 }
 
@@ -1058,44 +1051,16 @@ fn unexpected(dhdr: &[u8]) -> Fail {
 /// section 7.2), a permission fault an RDMAP remote protection error (RFC 5040
 /// section 7.2).
 fn access_fail(e: AccessError, dhdr: &[u8], why: &str) -> Fail {
-    if e == AccessError::Access {
-        return rdmap_protection(e, dhdr, None, why);
-    }
-    let code = match e {
-        AccessError::InvalidStag | AccessError::Access => term::DDP_ECODE_T_INVALID_STAG,
-        AccessError::Bounds => term::DDP_ECODE_T_BASE_BOUNDS,
-        AccessError::WrongPd => term::DDP_ECODE_T_STAG_NOT_ASSOCIATED,
-        AccessError::Wrap => term::DDP_ECODE_T_TO_WRAP,
-    };
-    let mut f = terminate(
-        term::LAYER_DDP,
-        term::DDP_ETYPE_TAGGED_BUFFER,
-        code,
-        Some(dhdr),
-        None,
-        why,
-    );
+    let c = e.placement_cause();
+    let mut f = terminate(c.layer, c.etype, c.ecode, Some(dhdr), None, why);
     f.event = IBV_EVENT_QP_ACCESS_ERR;
     f
 }
 
 /// RDMAP Remote Protection Error for `e` (RFC 5040 section 7.2).
 fn rdmap_protection(e: AccessError, dhdr: &[u8], rhdr: Option<&[u8]>, why: &str) -> Fail {
-    let code = match e {
-        AccessError::InvalidStag => term::RDMAP_ECODE_INVALID_STAG,
-        AccessError::Bounds => term::RDMAP_ECODE_BASE_BOUNDS,
-        AccessError::Access => term::RDMAP_ECODE_ACCESS_RIGHTS,
-        AccessError::WrongPd => term::RDMAP_ECODE_STAG_NOT_ASSOCIATED,
-        AccessError::Wrap => term::RDMAP_ECODE_TO_WRAP,
-    };
-    let mut f = terminate(
-        term::LAYER_RDMAP,
-        term::RDMAP_ETYPE_REMOTE_PROTECTION,
-        code,
-        Some(dhdr),
-        rhdr,
-        why,
-    );
+    let c = e.request_cause();
+    let mut f = terminate(c.layer, c.etype, c.ecode, Some(dhdr), rhdr, why);
     f.event = IBV_EVENT_QP_ACCESS_ERR;
     f
 }

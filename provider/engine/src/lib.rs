@@ -7,8 +7,11 @@
 //! - [`wire`]: the codecs, one module per header.
 //! - [`setup`]: the MPA Request/Reply exchange (RFC 5044 section 7, RFC 6581)
 //!   in both roles.
+//! - [`fault`]: the Terminate for a refused access, and what a peer's
+//!   Terminate means (the engine's own status and event types).
 
 #![forbid(unsafe_code)]
 
+pub mod fault;
 pub mod setup;
 pub mod wire;
