@@ -57,17 +57,13 @@ pub fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
     Some(s.into())
 }
 
-/// The QPN an MPA Request is addressed to, from xiw's private data.
-pub fn request_target(frame: &[u8]) -> Option<u32> {
-    let req = setup::Request::parse(frame).ok()?;
-    parse_xiw(&req.data).map(|p| p.to)
-}
-
-/// A Request xiw can take: well formed, with xiw's private data.
-fn parse_request(frame: &[u8]) -> Option<Request> {
+/// A Request xiw can take: well formed, with xiw's private data naming the
+/// QP it is for (`target`).
+pub fn parse_request(frame: &[u8]) -> Option<Request> {
     let mpa = setup::Request::parse(frame).ok()?;
     let p = parse_xiw(&mpa.data)?;
     Some(Request {
+        target: p.to,
         initiator_qpn: p.from,
         stamp: p.stamp,
         mpa,
@@ -93,7 +89,8 @@ enum Phase {
 const MAX_HELD: usize = 8;
 
 /// An MPA Request as xiw reads it.
-struct Request {
+pub struct Request {
+    pub target: u32,
     mpa: setup::Request,
     initiator_qpn: u32,
     /// Which connection attempt of the initiator (0: a peer that sends none).
@@ -207,15 +204,12 @@ impl Cm {
     }
 
     /// The context accepted a connection whose MPA Request names this QP.
-    pub fn adopt(&mut self, qp: &Qp, fd: OwnedFd, frame: &[u8]) -> Result<(), String> {
-        let req = parse_request(frame);
+    pub fn adopt(&mut self, qp: &Qp, fd: OwnedFd, req: Request) -> Result<(), String> {
         crate::log::debug(
             &qp.sh.log,
             format_args!(
-                "qp {}: incoming connection in phase {:?}, attempt {:?}",
-                qp.qpn,
-                self.phase,
-                req.as_ref().map(|r| (r.initiator_qpn, r.stamp))
+                "qp {}: incoming connection in phase {:?}, attempt ({}, {})",
+                qp.qpn, self.phase, req.initiator_qpn, req.stamp
             ),
         );
         let open = match self.phase {
@@ -223,10 +217,10 @@ impl Cm {
             Phase::Established => self.tentative(qp),
             _ => false,
         };
-        let Some(req) = req.filter(|_| open) else {
-            send_reject(fd.as_raw_fd());
+        if !open {
+            refuse(qp, fd);
             return Ok(());
-        };
+        }
         if qp
             .sh
             .watch_cm(fd.as_raw_fd(), qp.qpn, false, false)
@@ -300,7 +294,6 @@ impl Cm {
     fn forget_dead(&mut self, qp: &Qp) {
         let mut i = 0;
         while i < self.held.len() {
-            let fd = self.held[i].sock.as_raw_fd();
             let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
             let peek = SockRef::from(&self.held[i].sock)
                 .recv_with_flags(&mut b, libc::MSG_PEEK | libc::MSG_DONTWAIT);
@@ -317,8 +310,7 @@ impl Cm {
                     qp.qpn, h.req.initiator_qpn, h.req.stamp
                 ),
             );
-            qp.sh.unwatch(fd);
-            abort_stream(h.sock);
+            discard(&qp.sh, h.sock);
         }
     }
 
@@ -357,8 +349,7 @@ impl Cm {
 
     fn drop_sock(&mut self, qp: &Qp) {
         if let Some(s) = self.sock.take() {
-            qp.sh.unwatch(s.as_raw_fd());
-            abort_stream(s);
+            discard(&qp.sh, s);
         }
         self.reader = setup::FrameReader::default();
     }
@@ -418,15 +409,11 @@ impl Cm {
     }
 
     fn on_reply(&mut self, qp: &Qp, frame: &[u8]) -> Result<(), String> {
-        let mut exchange = self
+        let exchange = self
             .exchange
             .take()
             .ok_or("an MPA reply before the request")?;
-        let agreed = match exchange.handle(frame) {
-            Ok((_, Some(a))) => a,
-            Ok((_, None)) => return Err("a partial MPA reply".into()),
-            Err(e) => return Err(e.to_string()),
-        };
+        let agreed = exchange.reply(frame).map_err(|e| e.to_string())?;
         let p = parse_xiw(&agreed.peer_data)
             .filter(|p| Some(p.from) == self.peer.map(|p| p.1) && p.to == qp.qpn)
             .ok_or("the MPA reply is not from the expected QP")?;
@@ -590,16 +577,15 @@ impl Cm {
     /// sure the data path no longer uses the descriptor.
     pub fn close(&mut self, sh: &Shared) {
         if let Some(s) = self.sock.take() {
-            sh.unwatch(s.as_raw_fd());
             if self.phase == Phase::Established {
+                sh.unwatch(s.as_raw_fd());
                 sh.close_gracefully(s);
             } else {
-                abort_stream(s);
+                discard(sh, s);
             }
         }
         for h in self.held.drain(..) {
-            sh.unwatch(h.sock.as_raw_fd());
-            abort_stream(h.sock);
+            discard(sh, h.sock);
         }
         self.phase = Phase::Closed;
         self.retry_at = None;
@@ -624,11 +610,11 @@ fn refuse(qp: &Qp, sock: OwnedFd) {
     qp.sh.unwatch(sock.as_raw_fd());
 }
 
-/// Closes a stream with a reset (SO_LINGER 0): for connections that never
-/// carried data, so nothing reported sent can be lost.
-fn abort_stream(sock: OwnedFd) {
+/// Stops watching a stream and closes it with a reset (SO_LINGER 0): for
+/// connections that never carried data, so nothing reported sent can be lost.
+fn discard(sh: &Shared, sock: OwnedFd) {
+    sh.unwatch(sock.as_raw_fd());
     let _ = SockRef::from(&sock).set_linger(Some(Duration::ZERO));
-    drop(sock);
 }
 
 /// Reads exactly one MPA Request/Reply frame; `None` until it is complete.

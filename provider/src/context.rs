@@ -426,10 +426,10 @@ impl Shared {
                 return;
             }
         };
-        let qp = crate::cm::request_target(&frame).and_then(|qpn| self.qp(qpn));
-        match qp {
-            Some(qp) => {
-                let r = qp.lock_cm().adopt(&qp, p.fd, &frame);
+        let req = crate::cm::parse_request(&frame);
+        match req.and_then(|r| Some((self.qp(r.target)?, r))) {
+            Some((qp, req)) => {
+                let r = qp.lock_cm().adopt(&qp, p.fd, req);
                 if let Err(why) = r {
                     qp.fail(&why, None, None, IBV_EVENT_QP_FATAL);
                 }

@@ -134,7 +134,7 @@ fn frame(
     if pd.len() > mpa::MAX_PRIVATE_DATA {
         return Err(SetupError::TooLong);
     }
-    let f = FrameRepr {
+    Ok(emit(&FrameRepr {
         kind,
         markers: false,
         crc,
@@ -142,10 +142,13 @@ fn frame(
         enhanced: block.is_some(),
         revision,
         private_data: &pd,
-    };
+    }))
+}
+
+fn emit(f: &FrameRepr) -> Vec<u8> {
     let mut out = vec![0u8; f.buffer_len()];
     f.emit(&mut mpa::Packet::new_unchecked(&mut out[..]));
-    Ok(out)
+    out
 }
 
 /// The initiator's side of the exchange.
@@ -187,11 +190,12 @@ impl Initiator {
         let (used, frame) = self.reader.feed(input)?;
         match frame {
             None => Ok((used, None)),
-            Some(f) => self.on_reply(&f).map(|a| (used, Some(a))),
+            Some(f) => self.reply(&f).map(|a| (used, Some(a))),
         }
     }
 
-    fn on_reply(&self, bytes: &[u8]) -> Result<Agreed, SetupError> {
+    /// The whole Reply frame, read by the caller: the agreement, or why not.
+    pub fn reply(&self, bytes: &[u8]) -> Result<Agreed, SetupError> {
         let pkt = mpa::Packet::new_checked(bytes)?;
         let rep = FrameRepr::parse(&pkt)?;
         if rep.kind != FrameKind::Reply {
@@ -333,7 +337,7 @@ pub fn accept(req: &Request, local: &Local) -> Result<(Vec<u8>, Agreed), SetupEr
 /// The Reply that refuses a connection (R bit), in the Request's revision.
 pub fn reject(revision: u8, data: &[u8]) -> Vec<u8> {
     let data = &data[..data.len().min(mpa::MAX_PRIVATE_DATA)];
-    let f = FrameRepr {
+    emit(&FrameRepr {
         kind: FrameKind::Reply,
         markers: false,
         crc: false,
@@ -341,10 +345,7 @@ pub fn reject(revision: u8, data: &[u8]) -> Vec<u8> {
         enhanced: false,
         revision: revision.clamp(mpa::REVISION_1, mpa::REVISION_2),
         private_data: data,
-    };
-    let mut out = vec![0u8; f.buffer_len()];
-    f.emit(&mut mpa::Packet::new_unchecked(&mut out[..]));
-    out
+    })
 }
 
 #[cfg(test)]
