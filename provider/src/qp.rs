@@ -202,19 +202,17 @@ impl Qp {
         need_room: usize,
     ) -> Result<(), (usize, i32)> {
         self.sh.note_app_cpu();
-        // Posting is allowed from INIT on; the WQEs wait for the connection (IB verbs 11.4.1.1).
-        if self.state() == IBV_QPS_RESET {
-            return Err((0, libc::EINVAL));
-        }
         let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
         let guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
-        // Again under the lock: a reset running now has emptied the ring, and
-        // nothing posted after it may be carried into the next connection.
+        // Posting is allowed from INIT on; the WQEs wait for the connection (IB
+        // verbs 11.4.1.1). Checked under the lock: a reset sets RESET before it
+        // empties the ring under it, so nothing posted here outlives the reset.
         if self.state() == IBV_QPS_RESET {
             return Err((0, libc::EINVAL));
         }
         let mut p = self.sq.producer();
-        if need_room as u64 > u64::from(limit - p.wrapping_sub(self.sq.consumer()).min(limit)) {
+        let free = limit.saturating_sub(p.wrapping_sub(self.sq.consumer()));
+        if need_room > free as usize {
             return Err((0, libc::ENOMEM));
         }
         let mut result = Ok(());
@@ -270,11 +268,8 @@ impl Qp {
         let Some(rq) = &self.rq else {
             return Err((0, libc::EINVAL));
         };
-        if self.state() == IBV_QPS_RESET {
-            return Err((0, libc::EINVAL));
-        }
         let g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
-        // Again under the lock: a reset running now has emptied the ring.
+        // Under the lock, as for post_send.
         if self.state() == IBV_QPS_RESET {
             return Err((0, libc::EINVAL));
         }
