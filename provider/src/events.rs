@@ -8,8 +8,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Mutex;
+
+use socket2::{Domain, SockRef, Socket, Type};
 
 /// One record as libibverbs reads it: `{u64 element; u32 event_type; u32 reserved}`.
 const RECORD: usize = 16;
@@ -43,25 +45,12 @@ const MAX_WAITING: usize = 4096;
 impl Events {
     /// The queue and the read end for `async_fd`.
     pub fn new() -> io::Result<(Events, OwnedFd)> {
-        let mut p = [0; 2];
-        // SAFETY: socketpair fills two descriptors that we then own.
-        let rc = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                p.as_mut_ptr(),
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fresh descriptors from socketpair.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        // SEQPACKET keeps each 16-byte record whole; socket2 makes both ends close-on-exec.
+        let (r, w) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None)?;
         // The application only reads; shutting our reading side makes sure
         // nothing it writes can pile up.
-        // SAFETY: shutdown on a socket we own.
-        unsafe { libc::shutdown(w.as_raw_fd(), libc::SHUT_RD) };
+        w.shutdown(std::net::Shutdown::Read)?;
+        let (r, w) = (OwnedFd::from(r), OwnedFd::from(w));
         let ev = Events {
             r: r.as_raw_fd(),
             w,
@@ -98,17 +87,10 @@ impl Events {
         let mut rec = [0u8; RECORD];
         rec[..8].copy_from_slice(&ev.element.to_ne_bytes());
         rec[8..12].copy_from_slice(&ev.event_type.to_ne_bytes());
-        // SAFETY: sending 16 bytes from a live buffer on our socket; with at most
-        // one record in it, the socket never fills.
-        let n = unsafe {
-            libc::send(
-                self.w.as_raw_fd(),
-                rec.as_ptr() as *const libc::c_void,
-                RECORD,
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n == RECORD as isize {
+        // With at most one record in it, the socket never fills.
+        let sent =
+            SockRef::from(&self.w).send_with_flags(&rec, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL);
+        if matches!(sent, Ok(RECORD)) {
             st.in_socket = Some(ev);
         }
     }
@@ -167,27 +149,30 @@ impl Events {
     }
 }
 
-/// Waits until `*completed` (an `events_completed` counter of libibverbs,
-/// guarded by `mutex` and signalled on `cond` by `ibv_ack_async_event`)
-/// reaches `want`.
-///
-/// # Safety
-/// The three pointers are the initialised fields of one live verbs object.
-pub unsafe fn wait_acks(
-    mutex: *mut libc::pthread_mutex_t,
-    cond: *mut libc::pthread_cond_t,
-    completed: *const u32,
-    want: u32,
-) {
-    if want == 0 {
-        return;
-    }
-    // SAFETY: per the caller; the counter is read under its mutex.
-    unsafe {
-        libc::pthread_mutex_lock(mutex);
-        while std::ptr::read_volatile(completed) < want {
-            libc::pthread_cond_wait(cond, mutex);
+/// An object's acknowledgement counter (`events_completed` of libibverbs),
+/// guarded by `mutex` and signalled on `cond` by `ibv_ack_async_event`.
+pub struct Acks {
+    pub mutex: *mut libc::pthread_mutex_t,
+    pub cond: *mut libc::pthread_cond_t,
+    pub completed: *const u32,
+}
+
+impl Acks {
+    /// Waits until the counter reaches `want`.
+    ///
+    /// # Safety
+    /// The three pointers are the initialised fields of one live verbs object.
+    pub unsafe fn wait(&self, want: u32) {
+        if want == 0 {
+            return;
         }
-        libc::pthread_mutex_unlock(mutex);
+        // SAFETY: per the caller; the counter is read under its mutex.
+        unsafe {
+            libc::pthread_mutex_lock(self.mutex);
+            while std::ptr::read_volatile(self.completed) < want {
+                libc::pthread_cond_wait(self.cond, self.mutex);
+            }
+            libc::pthread_mutex_unlock(self.mutex);
+        }
     }
 }

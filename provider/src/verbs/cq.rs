@@ -114,16 +114,8 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
             return libc::EBUSY;
         }
         sh.set_handle(c.cq.id, 0);
-        let read = sh.events.retire(cq as u64);
-        // SAFETY: the CQ's own pthread objects and counter, initialised at creation.
-        unsafe {
-            crate::events::wait_acks(
-                &mut (*cq).mutex as *mut _ as *mut libc::pthread_mutex_t,
-                &mut (*cq).cond as *mut _ as *mut libc::pthread_cond_t,
-                &(*cq).async_events_completed,
-                read,
-            )
-        };
+        // SAFETY: ours, and freed only below.
+        unsafe { retire_events(sh, cq) };
         // SAFETY: allocated by new_cq with Box; handed back once.
         drop(unsafe { Box::from_raw(cq as *mut XiwCq) });
         0

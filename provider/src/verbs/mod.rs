@@ -135,6 +135,45 @@ unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a XiwSrq {
     unsafe { &*(srq as *mut XiwSrq) }
 }
 
+/// A verbs object that async events name, with the counter
+/// `ibv_ack_async_event` raises under the object's mutex.
+trait EventTarget {
+    /// # Safety
+    /// `obj` is a live object of this provider.
+    unsafe fn acks(obj: *mut Self) -> crate::events::Acks;
+}
+
+macro_rules! event_target {
+    ($ty:ty, $counter:ident) => {
+        impl EventTarget for $ty {
+            unsafe fn acks(obj: *mut Self) -> crate::events::Acks {
+                // SAFETY: per the caller: the fields of a live object.
+                unsafe {
+                    crate::events::Acks {
+                        mutex: &mut (*obj).mutex as *mut _ as *mut libc::pthread_mutex_t,
+                        cond: &mut (*obj).cond as *mut _ as *mut libc::pthread_cond_t,
+                        completed: &(*obj).$counter,
+                    }
+                }
+            }
+        }
+    };
+}
+event_target!(ibv_qp, events_completed);
+event_target!(ibv_cq, async_events_completed);
+event_target!(ibv_srq, events_completed);
+
+/// Drops `obj`'s unread async events and waits until the application has
+/// acknowledged every one it read (ibv_get_async_event(3)), before it is freed.
+///
+/// # Safety
+/// `obj` is a live object of this provider's context `sh`.
+unsafe fn retire_events<T: EventTarget>(sh: &Shared, obj: *mut T) {
+    let read = sh.events.retire(obj as u64);
+    // SAFETY: per the caller.
+    unsafe { T::acks(obj).wait(read) }
+}
+
 /// The application's SGE list as the rings hold it.
 ///
 /// # Safety

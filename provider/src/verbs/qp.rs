@@ -239,16 +239,8 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         let q = &x.qp;
         q.destroyed.store(true, Ordering::Release);
         q.handle.store(0, Ordering::Release);
-        let read = sh.events.retire(qp as u64);
-        // SAFETY: the QP's own pthread objects and counter, initialised at creation.
-        unsafe {
-            crate::events::wait_acks(
-                &mut (*qp).mutex as *mut _ as *mut libc::pthread_mutex_t,
-                &mut (*qp).cond as *mut _ as *mut libc::pthread_cond_t,
-                &(*qp).events_completed,
-                read,
-            )
-        };
+        // SAFETY: ours, and freed only below.
+        unsafe { retire_events(sh, qp) };
         // Let the last bytes go out: hand whatever is still staged to the socket
         // once more, then close the stream gracefully.
         crate::tx::kick(q);

@@ -141,16 +141,8 @@ pub(super) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
             return libc::EBUSY;
         }
         sh.set_handle(s.srq.id, 0);
-        let read = sh.events.retire(srq as u64);
-        // SAFETY: the SRQ's own pthread objects and counter, initialised at creation.
-        unsafe {
-            crate::events::wait_acks(
-                &mut (*srq).mutex as *mut _ as *mut libc::pthread_mutex_t,
-                &mut (*srq).cond as *mut _ as *mut libc::pthread_cond_t,
-                &(*srq).events_completed,
-                read,
-            )
-        };
+        // SAFETY: ours, and freed only below.
+        unsafe { retire_events(sh, srq) };
         // SAFETY: allocated by new_srq with Box; handed back once.
         drop(unsafe { Box::from_raw(srq as *mut XiwSrq) });
         0
