@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use crate::context::Shared;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
-use crate::rx::Rx;
 use crate::tx;
 use crate::wire::mpa;
+use xiw_engine::recv;
 use xiw_engine::setup;
 
 /// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
@@ -157,7 +157,7 @@ impl Cm {
     /// The responder's stream is up but the initiator's first FPDU has not come:
     /// the stream may still belong to an attempt that was abandoned.
     pub fn tentative(&self, qp: &Qp) -> bool {
-        self.phase == Phase::Established && !self.initiator && qp.lock_rx().expect_rtr
+        self.phase == Phase::Established && !self.initiator && qp.lock_rx().expects_rtr()
     }
 
     /// RTR: start connecting to (or waiting for) the peer.
@@ -521,11 +521,17 @@ impl Cm {
             // gate, which must not be closed again after it.
             let mut rx = qp.lock_rx();
             let mut t = qp.lock_tx();
-            let cur = rx.cur.take();
-            *rx = Rx::established(fd, crc, await_rtr, attrs.qp_access_flags);
-            rx.cur = cur;
-            rx.extensions = qp.sh.cfg.extensions;
-            rx.merge_imm = qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0;
+            rx.set_access(attrs.qp_access_flags);
+            rx.establish(
+                fd,
+                recv::Params {
+                    crc,
+                    expect_rtr: await_rtr,
+                    access: attrs.qp_access_flags,
+                    extensions: qp.sh.cfg.extensions,
+                    merge_imm: qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0,
+                },
+            );
             t.fd = Some(fd);
             t.crc = crc;
             t.mulpdu = qp.sh.cfg.mulpdu;

@@ -184,7 +184,7 @@ fn media_worker(sh: Weak<Shared>, jobs: mpsc::Receiver<MediaJob>) {
         }))
         .unwrap_or_else(|_| {
             Err(crate::rx::Fail::stream(
-                "internal error in the media worker".into(),
+                "internal error in the media worker",
             ))
         });
         let taken = qp.lock_tx().media_done(job.ticket, r);

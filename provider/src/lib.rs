@@ -6,13 +6,14 @@
 //! (the medium behind flushable memory), `device` (registration), `wire` (codecs).
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod cm;
+mod cm;
 pub mod context;
 pub mod cq;
 pub mod device;
 pub mod devinfo;
 pub mod dv;
 pub mod events;
+pub mod ibv;
 pub mod log;
 pub mod maps;
 pub mod mem;

@@ -289,12 +289,12 @@ fn lookup(s: &Slots, stag: u32) -> Result<&Mr, AccessError> {
 }
 
 /// Access flags xiw understands at registration.
-/// rdma-core 45+ `IBV_ACCESS_FLUSH_GLOBAL`: the peer may flush to global visibility.
-pub const ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
-/// rdma-core 45+ `IBV_ACCESS_FLUSH_PERSISTENT`: the peer may flush to persistence.
-pub const ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
-/// Internal: the MR has a Verify hash (set by xiwdv_reg_mr, never by the application).
-pub const ACCESS_VERIFY: u32 = 1 << 19;
+/// The commit draft's rights (rdma-core 45+ `IBV_ACCESS_FLUSH_*`) and xiw's
+/// own Verify right, as the engine defines them.
+pub use xiw_engine::queue1::access::{
+    FLUSH_GLOBAL as ACCESS_FLUSH_GLOBAL, FLUSH_PERSISTENT as ACCESS_FLUSH_PERSISTENT,
+    VERIFY as ACCESS_VERIFY,
+};
 
 pub const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE

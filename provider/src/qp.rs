@@ -399,7 +399,7 @@ impl Qp {
             self.detach_stream();
             self.lock_cm().close(&self.sh);
             if let Some(s) = rq_status {
-                let job = self.lock_rx().cur.take();
+                let job = self.lock_rx().engine.take_current();
                 if let Some(job) = job {
                     self.complete_recv_error(&job, s);
                 }
@@ -499,7 +499,12 @@ impl Qp {
                 }
             }
         }
-        self.fail(&f.why, f.sq_status, f.rq_status, f.event);
+        self.fail(
+            &f.why,
+            f.sq_status.map(crate::ibv::status),
+            f.rq_status.map(crate::ibv::status),
+            crate::ibv::event(f.event),
+        );
     }
 
     pub(crate) fn complete_recv_error(&self, job: &RecvJob, status: u32) {
@@ -523,14 +528,14 @@ impl Qp {
         }
         if let Some(rq) = &self.rq {
             let mut rx = self.lock_rx();
-            if let Some(job) = rx.cur.take() {
+            if let Some(job) = rx.engine.take_current() {
                 self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
             }
             let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
             while let Some(job) = take_recv_ring(rq) {
                 self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
             }
-        } else if let Some(job) = self.lock_rx().cur.take() {
+        } else if let Some(job) = self.lock_rx().engine.take_current() {
             self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
         }
         let mut tx = self.lock_tx();

@@ -7,14 +7,16 @@
 use std::collections::VecDeque;
 use std::mem::size_of;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
 
 use crate::mem::{self, NEED_NONE};
 use crate::qp::Qp;
-use crate::rx::{self, Fail, PendingRead};
+use crate::rx::{Fail, Status};
 use crate::wire::{atomic, commit, ddp, mpa, rdmap};
+use xiw_engine::queue1::PendingRead;
 
 /// Bytes framed per round before they are written.
 const BATCH: usize = 256 * 1024;
@@ -32,80 +34,10 @@ enum Slot {
     DoneLen(u32, u32),
 }
 
-/// An RDMA Read Request accepted from the peer, answered in order (RFC 5040 section 5.3).
-#[derive(Clone, Copy, Debug)]
-pub struct ReadResp {
-    pub sink_stag: u32,
-    pub sink_to: u64,
-    pub src_stag: u32,
-    pub src_to: u64,
-    pub len: u32,
-}
+pub use xiw_engine::queue1::{flush_need, Inbound, ReadResp, VERIFY_MAX_HASH};
 
-/// A DDP queue 1 request from the peer (RDMA Read Request, RFC 7306 Atomic
-/// Request, RDMA Flush / Verify / Atomic Write Request), answered strictly in
-/// the order it came (RFC 7306 section 5.4, draft-talpey-rdma-commit section 4):
-/// each is carried out when its turn to be answered comes, so a Read answered
-/// before an Atomic never sees that Atomic's result, and an Atomic Write is
-/// placed only after every earlier Flush has finished.
-#[derive(Clone, Copy, Debug)]
-pub enum Inbound {
-    Read(ReadResp),
-    Atomic {
-        req: atomic::AtomicRequestRepr,
-        allowed: u32,
-        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
-    },
-    Flush {
-        stag: u32,
-        to: u64,
-        len: u32,
-        flags: u32,
-        allowed: u32,
-        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
-    },
-    Verify {
-        stag: u32,
-        to: u64,
-        len: u32,
-        expected: [u8; VERIFY_MAX_HASH],
-        expected_len: u8,
-        allowed: u32,
-        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
-    },
-    AtomicWrite {
-        stag: u32,
-        to: u64,
-        value: u64,
-        allowed: u32,
-        dhdr: [u8; ddp::UNTAGGED_HDR_LEN],
-    },
-}
-
-/// Largest Verify hash xiw produces or accepts (SHA-256).
-pub const VERIFY_MAX_HASH: usize = 32;
-
-/// A queue 1 request this side issued, waiting for its response; they come
-/// back in the order sent.
-#[derive(Clone, Debug)]
-pub enum Outstanding {
-    Read(PendingRead),
-    Atomic {
-        sq_idx: u32,
-        request_id: u32,
-        result: Vec<Sge>,
-    },
-    Flush {
-        sq_idx: u32,
-    },
-    Verify {
-        sq_idx: u32,
-        result: Vec<Sge>,
-    },
-    AtomicWrite {
-        sq_idx: u32,
-    },
-}
+/// A queue 1 request this side issued, with the SGEs its response lands in.
+pub type Outstanding = xiw_engine::queue1::Outstanding<Arc<[Sge]>>;
 
 enum Job {
     Sq {
@@ -508,7 +440,10 @@ impl Tx {
                     .with_mem(s.lkey, qp.pd, s.addr, s.length as usize, need, |_| ())
                     .is_err()
                 {
-                    return Err(Fail::local(IBV_WC_LOC_PROT_ERR, "send WQE with a bad lkey"));
+                    return Err(Fail::local(
+                        Status::LocalProtection,
+                        "send WQE with a bad lkey",
+                    ));
                 }
             }
         }
@@ -545,7 +480,7 @@ impl Tx {
                                 .read(stag, pd, to, n, IBV_ACCESS_REMOTE_READ, buf)
                                 .map_err(|_| {
                                     Fail::local(
-                                        IBV_WC_WR_FLUSH_ERR,
+                                        Status::Flushed,
                                         "read source deregistered while answering",
                                     )
                                 })
@@ -583,7 +518,7 @@ impl Tx {
                         } = &cur.job
                         else {
                             return Err(Fail::local(
-                                IBV_WC_LOC_QP_OP_ERR,
+                                Status::LocalQpOperation,
                                 "inline queue 1 request",
                             ));
                         };
@@ -604,7 +539,7 @@ impl Tx {
                         Ok(true)
                     }
                     _ => Err(Fail::local(
-                        IBV_WC_LOC_QP_OP_ERR,
+                        Status::LocalQpOperation,
                         "unsupported opcode on the send queue",
                     )),
                 }
@@ -714,7 +649,7 @@ impl Tx {
                     sq_idx: idx,
                     sink_stag,
                     sink_to,
-                    sges: sges.into(),
+                    sink: sges.into(),
                     length: wqe.length as u64,
                     received: 0,
                 });
@@ -750,7 +685,7 @@ impl Tx {
                     b,
                     Outstanding::Verify {
                         sq_idx: idx,
-                        result: sges,
+                        result: sges.into(),
                     },
                 )
             }
@@ -821,7 +756,7 @@ impl Tx {
                     Outstanding::Atomic {
                         sq_idx: idx,
                         request_id: id,
-                        result: sges,
+                        result: sges.into(),
                     },
                 )
             }
@@ -907,7 +842,7 @@ fn gather(qp: &Qp, body: &Body, mut off: u64, mut n: usize, out: &mut Vec<u8>) -
                     .read(s.lkey, qp.pd, s.addr + off, take, NEED_NONE, out)
                     .map_err(|_| {
                         Fail::local(
-                            IBV_WC_LOC_PROT_ERR,
+                            Status::LocalProtection,
                             "send buffer deregistered while in flight",
                         )
                     })?;
@@ -933,26 +868,13 @@ impl From<mem::AccessError> for Refused {
     }
 }
 
-impl Inbound {
-    /// The DDP header of the request, for the Terminate that refuses it.
-    fn ddp_header(&self) -> &[u8] {
-        match self {
-            Inbound::Read(_) => &[],
-            Inbound::Atomic { dhdr, .. }
-            | Inbound::Flush { dhdr, .. }
-            | Inbound::Verify { dhdr, .. }
-            | Inbound::AtomicWrite { dhdr, .. } => dhdr,
-        }
-    }
-}
-
 /// Carries out a queue 1 request from the peer (other than a Read) and returns
 /// its response; a failure ends in a Terminate that names the request
 /// (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
 pub fn execute(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
     carry_out(qp, req).map_err(|r| match r {
-        Refused::Access(e) => rx::protection_failed(e, req.ddp_header(), "request refused"),
-        Refused::Failed(why) => rx::operation_failed(req.ddp_header(), &why),
+        Refused::Access(e) => Fail::protection(e, req.ddp_header(), None, "request refused"),
+        Refused::Failed(why) => Fail::operation_failed(req.ddp_header(), &why),
     })
 }
 
@@ -1088,18 +1010,6 @@ pub fn queue1_request(opcode: u8) -> bool {
             | op::VERIFY
             | op::ATOMIC_WRITE
     )
-}
-
-/// The MR permissions an RDMA Flush with `flags` needs.
-pub fn flush_need(flags: u32) -> u32 {
-    let mut need = 0;
-    if flags & commit::FLUSH_PERSISTENCE != 0 {
-        need |= mem::ACCESS_FLUSH_PERSISTENT;
-    }
-    if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
-        need |= mem::ACCESS_FLUSH_GLOBAL;
-    }
-    need
 }
 
 /// Keeps `hash` (at most [`VERIFY_MAX_HASH`] bytes) as the expected hash of a

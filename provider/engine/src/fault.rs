@@ -48,9 +48,17 @@ impl AccessFault {
     }
 }
 
-/// How a work request ended, when it did not succeed because of the peer.
+/// How a work request ended, when it did not succeed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
+    /// A local buffer was too short for what arrived.
+    LocalLength,
+    /// A local buffer's key or rights did not allow the access.
+    LocalProtection,
+    /// The request cannot be carried out on this QP.
+    LocalQpOperation,
+    /// The QP failed before the request could run.
+    Flushed,
     /// The peer refused an access to its memory.
     RemoteAccess,
     /// The peer cannot carry out the request at all (an opcode it lacks, a
@@ -67,6 +75,101 @@ pub enum Status {
 pub enum Event {
     QpFatal,
     QpAccessError,
+}
+
+/// What went wrong on a QP's stream, and what to tell the peer and the
+/// application: the QP goes to the error state.
+#[derive(Debug)]
+pub struct Fail {
+    pub why: String,
+    /// The Terminate message body for the peer, if the stream is still usable.
+    pub term: Option<Vec<u8>>,
+    /// The status of the oldest outstanding send work request.
+    pub sq_status: Option<Status>,
+    /// The status of the receive in progress.
+    pub rq_status: Option<Status>,
+    pub event: Event,
+    /// The peer closed its end in order: fail after a short linger, so the
+    /// application can reap what the peer sent before its flush errors.
+    pub linger: bool,
+}
+
+impl Fail {
+    /// The stream broke (or the peer terminated): nothing to tell the peer.
+    pub fn stream(why: impl Into<String>) -> Fail {
+        Fail {
+            why: why.into(),
+            term: None,
+            sq_status: None,
+            rq_status: None,
+            event: Event::QpFatal,
+            linger: false,
+        }
+    }
+
+    /// A Terminate for the peer with the offending headers copied in (RFC
+    /// 5040 section 4.8): the DDP header, and the RDMAP header of a Read
+    /// Request.
+    pub fn terminate(cause: Cause, dhdr: Option<&[u8]>, rhdr: Option<&[u8]>, why: &str) -> Fail {
+        let repr = TerminateRepr {
+            layer: cause.layer,
+            etype: cause.etype,
+            ecode: cause.ecode,
+            hdrct_m: false,
+            hdrct_d: dhdr.is_some(),
+            hdrct_r: rhdr.is_some(),
+            ddp_segment_len: None,
+            ddp_header: dhdr.unwrap_or(&[]),
+            rdmap_header: rhdr.unwrap_or(&[]),
+        };
+        let mut body = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut term::Packet::new_unchecked(&mut body[..]));
+        Fail {
+            term: Some(body),
+            ..Fail::stream(why)
+        }
+    }
+
+    /// A fault of this side's own work (a bad lkey, say): the peer is told with
+    /// a Terminate sent instead of the message, carrying no headers (RFC 5040
+    /// section 7.1, RFC 7306 section 8.1, draft-talpey-rdma-commit section 5.1).
+    pub fn local(status: Status, why: &str) -> Fail {
+        Fail {
+            sq_status: Some(status),
+            ..Fail::terminate(Cause::RDMAP_LOCAL_CATASTROPHIC, None, None, why)
+        }
+    }
+
+    /// The requested operation could not be carried out (misaligned atomic,
+    /// failed flush, hash mismatch, ...): RDMAP Remote Operation Error,
+    /// "Catastrophic Error, Localized to RDMAP Stream", as RFC 7306 section 8.2
+    /// asks for a misaligned atomic; no Terminated RDMA Header (section 8.1).
+    pub fn operation_failed(dhdr: &[u8], why: &str) -> Fail {
+        Fail::terminate(Cause::RDMAP_OP_CATASTROPHIC_STREAM, Some(dhdr), None, why)
+    }
+
+    /// A request refused by its STag check: RDMAP Remote Protection Error
+    /// (RFC 5040 section 7.2); `rhdr` is the Read Request's RDMAP header, left
+    /// out for the RFC 7306 and commit-draft requests (RFC 7306 section 8.1).
+    pub fn protection(e: AccessFault, dhdr: &[u8], rhdr: Option<&[u8]>, why: &str) -> Fail {
+        Fail {
+            event: Event::QpAccessError,
+            ..Fail::terminate(e.request_cause(), Some(dhdr), rhdr, &format!("{why}: {e}"))
+        }
+    }
+
+    /// Data that cannot be placed in a tagged buffer (RFC 5041 section 7.2).
+    pub fn placement(e: AccessFault, dhdr: &[u8], why: &str) -> Fail {
+        Fail {
+            event: Event::QpAccessError,
+            ..Fail::terminate(
+                e.placement_cause(),
+                Some(dhdr),
+                None,
+                &format!("{why}: {e}"),
+            )
+        }
+    }
 }
 
 /// What the peer's Terminate (its body, as received) means for the oldest

@@ -9,9 +9,18 @@
 //!   in both roles.
 //! - [`fault`]: the Terminate for a refused access, and what a peer's
 //!   Terminate means (the engine's own status and event types).
+//! - [`queue1`]: the requests that are answered in order (Read, atomics,
+//!   Flush, Verify, Atomic Write), both ways.
+//! - [`recv`]: the receive side of a QP, reaching memory and queues through
+//!   its driver's `Host`.
+//! - [`sim`]: an in-memory `Host` (memory as windows of one arena), for
+//!   tests and fuzzing.
 
 #![forbid(unsafe_code)]
 
 pub mod fault;
+pub mod queue1;
+pub mod recv;
 pub mod setup;
+pub mod sim;
 pub mod wire;

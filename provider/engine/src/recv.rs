@@ -1,0 +1,770 @@
+//! The receive side of a QP: FPDUs in (any segmentation of the stream), every
+//! field checked against the QP's state and the STag table, payload placed
+//! through the driver's [`Host`], completions and queue 1 work out (RFC 5040
+//! section 5, RFC 5041, RFC 7306, draft-talpey-rdma-commit). Any violation is a
+//! [`Fail`] carrying the Terminate for the peer.
+
+use crate::fault::{AccessFault, Fail, Status};
+use crate::queue1::VERIFY_MAX_HASH;
+use crate::queue1::{access, flush_need, queue_of, Inbound, Outstanding, ReadResp};
+use crate::wire::terminate::Cause;
+use crate::wire::{self, atomic, commit, ddp, mpa, rdmap};
+
+/// What a completed receive reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvCompletion {
+    pub byte_len: u32,
+    /// Immediate data (RFC 7306 section 6).
+    pub imm: Option<u32>,
+    /// The STag a Send with Invalidate invalidated.
+    pub invalidated: Option<u32>,
+    /// The immediate data of an RDMA Write (`RECV_RDMA_WITH_IMM`), not a Send.
+    pub after_write: bool,
+}
+
+/// What the receive side needs from the driver: registered memory, the receive
+/// queue, and the queue 1 state the transmit side shares.
+pub trait Host {
+    /// A posted receive.
+    type Recv;
+    /// A local buffer list: the sink of a Read, the result of an atomic or Verify.
+    type Local: Clone;
+
+    /// Places `data` at `to` of tagged buffer `stag` (a remote write: the MR
+    /// must grant `need` and the QP `allowed`).
+    fn place(
+        &mut self,
+        stag: u32,
+        to: u64,
+        data: &[u8],
+        need: u32,
+        allowed: u32,
+    ) -> Result<(), AccessFault>;
+    /// Checks that `len` bytes at `to` of `stag` may be accessed.
+    fn check(
+        &mut self,
+        stag: u32,
+        to: u64,
+        len: u64,
+        need: u32,
+        allowed: u32,
+    ) -> Result<(), AccessFault>;
+    /// As [`Host::check`] for the 8 bytes at `to`; whether they are 64-bit aligned in memory.
+    fn aligned8(
+        &mut self,
+        stag: u32,
+        to: u64,
+        need: u32,
+        allowed: u32,
+    ) -> Result<bool, AccessFault>;
+    /// Invalidates `stag` for a Send with Invalidate.
+    fn invalidate(&mut self, stag: u32) -> Result<(), AccessFault>;
+
+    /// Takes the next posted receive.
+    fn take_recv(&mut self) -> Option<Self::Recv>;
+    fn recv_len(&self, r: &Self::Recv) -> u64;
+    /// Copies `data` into receive `r` at message offset `off`.
+    fn scatter_recv(&mut self, r: &Self::Recv, off: u64, data: &[u8]) -> Result<(), AccessFault>;
+    fn recv_done(&mut self, r: Self::Recv, c: RecvCompletion);
+    fn recv_failed(&mut self, r: Self::Recv, status: Status);
+    /// Copies `data` into local buffer `l` at offset `off`.
+    fn scatter(&mut self, l: &Self::Local, off: u64, data: &[u8]) -> Result<(), AccessFault>;
+    fn local_len(&self, l: &Self::Local) -> u64;
+
+    /// The oldest request this side sent and still waits on.
+    fn oldest_outstanding(&mut self) -> Option<Outstanding<Self::Local>>;
+    /// `n` more bytes of the oldest request (a Read) arrived: the total so far,
+    /// or None if it is gone (the QP was flushed meanwhile).
+    fn read_arrived(&mut self, n: u64) -> Option<u64>;
+    /// The oldest request is answered: it completes (with `len` as its byte
+    /// count, if given).
+    fn answered(&mut self, len: Option<u32>);
+    /// Queues a request from the peer behind the earlier ones; false if IRD
+    /// requests are waiting already.
+    fn queue_request(&mut self, req: Inbound) -> bool;
+    /// The peer's first FPDU arrived: this side may transmit (RFC 6581 section 6).
+    fn may_transmit(&mut self);
+}
+
+/// The receive state of an established stream.
+#[derive(Debug)]
+pub struct Receiver<R> {
+    crc: bool,
+    /// Responder side: the peer's first FPDU is its ready-to-receive message.
+    expect_rtr: bool,
+    /// The QP's rights for remote requests.
+    access: u32,
+    /// RFC 7306 atomics and immediate data, and the commit draft's operations.
+    extensions: bool,
+    /// The peer is an xiw that sends Send with Immediate as Immediate Data directly
+    /// followed by the Send, and Immediate Data on its own only after an RDMA
+    /// Write: such a pair takes a single receive, as the verbs promise.
+    merge_imm: bool,
+    /// Next expected MSN per inbound untagged queue 0 to 3 (RFC 5041 section 5.1).
+    msn: [u32; 4],
+    cur: Option<R>,
+    placed: u64,
+    /// The immediate of that pair, waiting for its Send.
+    pending_imm: Option<u32>,
+    /// Bytes of the RDMA Write message being received.
+    write_len: u64,
+    /// The message before this one was a whole RDMA Write of that many bytes.
+    after_write: Option<u64>,
+}
+
+/// How a stream was set up, for its receive side.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Params {
+    pub crc: bool,
+    pub expect_rtr: bool,
+    pub access: u32,
+    pub extensions: bool,
+    pub merge_imm: bool,
+}
+
+impl<R> Receiver<R> {
+    pub fn new(p: Params) -> Receiver<R> {
+        Receiver {
+            crc: p.crc,
+            expect_rtr: p.expect_rtr,
+            access: p.access,
+            extensions: p.extensions,
+            merge_imm: p.merge_imm,
+            msn: [1; 4],
+            cur: None,
+            placed: 0,
+            pending_imm: None,
+            write_len: 0,
+            after_write: None,
+        }
+    }
+
+    /// Still waiting for the peer's first FPDU.
+    pub fn expects_rtr(&self) -> bool {
+        self.expect_rtr
+    }
+
+    /// The QP's rights for remote requests changed (modify_qp in RTS).
+    pub fn set_access(&mut self, access: u32) {
+        self.access = access;
+    }
+
+    /// Carries a receive taken by an earlier stream of the QP over to this one.
+    pub fn resume(&mut self, r: R) {
+        self.cur = Some(r);
+    }
+
+    /// Takes the receive a message was being placed into (the QP is failing).
+    pub fn take_current(&mut self) -> Option<R> {
+        self.cur.take()
+    }
+
+    /// Processes every whole FPDU at the start of `buf`; returns the bytes
+    /// consumed. On a failure the receive it hit has completed with its own
+    /// status, and nothing more may be processed.
+    pub fn handle<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        buf: &[u8],
+    ) -> (usize, Result<(), Fail>) {
+        let mut at = 0;
+        while let Some(len) = mpa::peek_fpdu_len(&buf[at..]) {
+            if buf.len() - at < len {
+                break;
+            }
+            let fpdu = &buf[at..at + len];
+            at += len;
+            if let Err(mut f) = self.segment(host, fpdu) {
+                if let Some(status) = f.rq_status.take() {
+                    if let Some(job) = self.cur.take() {
+                        host.recv_failed(job, status);
+                    }
+                }
+                return (at, Err(f));
+            }
+        }
+        (at, Ok(()))
+    }
+
+    /// One FPDU.
+    fn segment<H: Host<Recv = R>>(&mut self, host: &mut H, fpdu: &[u8]) -> Result<(), Fail> {
+        let Ok(ulpdu) = mpa::check_fpdu(fpdu, self.crc) else {
+            return Err(Fail::terminate(Cause::MPA_CRC, None, None, "MPA CRC error"));
+        };
+        let (hdr, hlen) = match ddp::HeaderRepr::parse(ulpdu) {
+            Ok(v) => v,
+            Err(wire::Error::BadVersion) => {
+                let cause = if ulpdu.first().is_some_and(|b| b & 0x80 != 0) {
+                    Cause::DDP_T_INVALID_VERSION
+                } else {
+                    Cause::DDP_U_INVALID_VERSION
+                };
+                return Err(Fail::terminate(cause, Some(ulpdu), None, "bad DDP version"));
+            }
+            Err(_) => {
+                return Err(Fail::terminate(
+                    Cause::DDP_LOCAL_CATASTROPHIC,
+                    None,
+                    None,
+                    "short DDP segment",
+                ))
+            }
+        };
+        let dhdr = &ulpdu[..hlen];
+        let payload = &ulpdu[hlen..];
+        let c = rdmap::Ctrl::from_byte(hdr.rdmap_ctrl);
+        if c.version != rdmap::RDMAP_VERSION {
+            return Err(Fail::terminate(
+                Cause::RDMAP_OP_INVALID_VERSION,
+                Some(dhdr),
+                None,
+                "bad RDMAP version",
+            ));
+        }
+        let opcode = rdmap::Opcode::from_u8(c.opcode);
+        if self.expect_rtr {
+            // The initiator's first FPDU (RFC 6581 section 6): this side may now
+            // transmit, whatever it is. The agreed zero-length Write carries
+            // nothing more; anything else is processed as it is.
+            self.expect_rtr = false;
+            host.may_transmit();
+            if opcode == Some(rdmap::Opcode::Write) && payload.is_empty() {
+                return Ok(());
+            }
+        }
+        if self.pending_imm.is_some() {
+            // The Send that an xiw peer's Immediate Data announced must come next.
+            let is_send = matches!(
+                hdr.kind,
+                ddp::Kind::Untagged {
+                    qn: ddp::QN_SEND,
+                    ..
+                }
+            ) && matches!(
+                opcode,
+                Some(rdmap::Opcode::Send | rdmap::Opcode::SendSolicited)
+            );
+            if !is_send {
+                return Err(unexpected(dhdr));
+            }
+        }
+        // Whether the previous message was a whole RDMA Write is for Immediate
+        // Data to read (it takes it); any other message forgets it.
+        let is_imm = matches!(
+            opcode,
+            Some(rdmap::Opcode::ImmediateData | rdmap::Opcode::ImmediateDataSolicited)
+        );
+        let after_write = if is_imm {
+            self.after_write.take()
+        } else {
+            self.after_write = None;
+            None
+        };
+        match (hdr.kind, opcode) {
+            (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::Write)) => {
+                // A zero-length Write touches no memory, so its STag is not checked.
+                if !payload.is_empty() {
+                    host.place(stag, to, payload, access::REMOTE_WRITE, self.access)
+                        .map_err(|e| Fail::placement(e, dhdr, "RDMA Write refused"))?;
+                }
+                self.write_len += payload.len() as u64;
+                if hdr.last {
+                    self.after_write = Some(std::mem::take(&mut self.write_len));
+                }
+                Ok(())
+            }
+            (ddp::Kind::Tagged { stag, to }, Some(rdmap::Opcode::ReadResponse)) => {
+                read_response(host, stag, to, hdr.last, payload, dhdr)
+            }
+            (
+                ddp::Kind::Untagged {
+                    ulp_word,
+                    qn,
+                    msn,
+                    mo,
+                },
+                Some(op),
+            ) => {
+                let top = if self.extensions {
+                    ddp::QN_ATOMIC_RESPONSE
+                } else {
+                    ddp::QN_TERMINATE
+                };
+                if qn > top {
+                    return Err(Fail::terminate(
+                        Cause::DDP_U_INVALID_QN,
+                        Some(dhdr),
+                        None,
+                        "invalid queue number",
+                    ));
+                }
+                let q = qn as usize;
+                if msn != self.msn[q] {
+                    return Err(Fail::terminate(
+                        Cause::DDP_U_INVALID_MSN_RANGE,
+                        Some(dhdr),
+                        None,
+                        "MSN out of range",
+                    ));
+                }
+                match (qn, op) {
+                    (
+                        ddp::QN_SEND,
+                        rdmap::Opcode::Send
+                        | rdmap::Opcode::SendInvalidate
+                        | rdmap::Opcode::SendSolicited
+                        | rdmap::Opcode::SendSolicitedInvalidate,
+                    ) => self.recv_send(host, op, ulp_word, mo, hdr.last, payload, dhdr),
+                    (
+                        ddp::QN_SEND,
+                        rdmap::Opcode::ImmediateData | rdmap::Opcode::ImmediateDataSolicited,
+                    ) if self.extensions => {
+                        self.immediate(host, after_write, mo, hdr.last, payload, dhdr)
+                    }
+                    // Requests on queue 1 and their responses on queue 3 are
+                    // single segments; each takes one MSN (RFC 5041 section 5.1).
+                    (ddp::QN_READ_REQUEST | ddp::QN_ATOMIC_RESPONSE, _)
+                        if hdr.last
+                            && mo == 0
+                            && (op == rdmap::Opcode::ReadRequest || self.extensions)
+                            && queue_of(op) == Some(qn) =>
+                    {
+                        self.msn[q] = self.msn[q].wrapping_add(1);
+                        if qn == ddp::QN_READ_REQUEST {
+                            self.queue1_request(host, op, payload, dhdr)
+                        } else {
+                            response(host, op, payload, dhdr)
+                        }
+                    }
+                    (ddp::QN_TERMINATE, rdmap::Opcode::Terminate) => {
+                        let (status, event) = crate::fault::peer_terminate(payload);
+                        Err(Fail {
+                            sq_status: Some(status),
+                            event,
+                            ..Fail::stream("peer sent a Terminate")
+                        })
+                    }
+                    _ => Err(unexpected(dhdr)),
+                }
+            }
+            _ => Err(unexpected(dhdr)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn recv_send<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        op: rdmap::Opcode,
+        inv_stag: u32,
+        mo: u32,
+        last: bool,
+        payload: &[u8],
+        dhdr: &[u8],
+    ) -> Result<(), Fail> {
+        if self.cur.is_none() {
+            if mo != 0 {
+                return Err(Fail::terminate(
+                    Cause::DDP_U_INVALID_MO,
+                    Some(dhdr),
+                    None,
+                    "first segment with non-zero MO",
+                ));
+            }
+            let Some(job) = host.take_recv() else {
+                return Err(Fail::terminate(
+                    Cause::DDP_U_INVALID_MSN_NO_BUFFER,
+                    Some(dhdr),
+                    None,
+                    "Send with no receive posted",
+                ));
+            };
+            self.cur = Some(job);
+            self.placed = 0;
+        }
+        if mo as u64 != self.placed {
+            return Err(Fail::terminate(
+                Cause::DDP_U_INVALID_MO,
+                Some(dhdr),
+                None,
+                "MO out of order",
+            ));
+        }
+        let job = self.cur.as_ref().expect("receive in progress");
+        if self.placed + payload.len() as u64 > host.recv_len(job) {
+            return Err(Fail {
+                rq_status: Some(Status::LocalLength),
+                ..Fail::terminate(
+                    Cause::DDP_U_MSG_TOO_LONG,
+                    Some(dhdr),
+                    None,
+                    "Send longer than the receive buffer",
+                )
+            });
+        }
+        if host.scatter_recv(job, self.placed, payload).is_err() {
+            return Err(Fail {
+                rq_status: Some(Status::LocalProtection),
+                ..Fail::terminate(
+                    Cause::RDMAP_OP_CATASTROPHIC_STREAM,
+                    Some(dhdr),
+                    None,
+                    "receive buffer with a bad lkey",
+                )
+            });
+        }
+        self.placed += payload.len() as u64;
+        if !last {
+            return Ok(());
+        }
+        let mut done = RecvCompletion {
+            byte_len: self.placed as u32,
+            imm: self.pending_imm.take(),
+            ..Default::default()
+        };
+        if matches!(
+            op,
+            rdmap::Opcode::SendInvalidate | rdmap::Opcode::SendSolicitedInvalidate
+        ) {
+            if host.invalidate(inv_stag).is_err() {
+                return Err(Fail {
+                    rq_status: Some(Status::RemoteAccess),
+                    ..Fail::terminate(
+                        Cause::RDMAP_PROT_STAG_CANNOT_INVALIDATE,
+                        Some(dhdr),
+                        None,
+                        "Send with Invalidate of an STag that cannot be invalidated",
+                    )
+                });
+            }
+            done.imm = None;
+            done.invalidated = Some(inv_stag);
+        }
+        let job = self.cur.take().expect("receive in progress");
+        self.msn[0] = self.msn[0].wrapping_add(1);
+        host.recv_done(job, done);
+        Ok(())
+    }
+
+    /// Immediate Data (RFC 7306 section 6): completes a receive of its own, or,
+    /// from an xiw peer and not after an RDMA Write, rides with the Send that follows.
+    fn immediate<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        after_write: Option<u64>,
+        mo: u32,
+        last: bool,
+        payload: &[u8],
+        dhdr: &[u8],
+    ) -> Result<(), Fail> {
+        // Exactly 8 bytes in one segment (section 6.3).
+        if !last || mo != 0 || payload.len() != atomic::IMMEDIATE_LEN {
+            return Err(Fail::operation_failed(
+                dhdr,
+                "Immediate Data not exactly 8 bytes",
+            ));
+        }
+        self.msn[0] = self.msn[0].wrapping_add(1);
+        let imm = u32::from_ne_bytes([payload[4], payload[5], payload[6], payload[7]]);
+        if after_write.is_none() && self.merge_imm {
+            self.pending_imm = Some(imm);
+            return Ok(());
+        }
+        let Some(job) = host.take_recv() else {
+            return Err(Fail::terminate(
+                Cause::DDP_U_INVALID_MSN_NO_BUFFER,
+                Some(dhdr),
+                None,
+                "Immediate Data with no receive posted",
+            ));
+        };
+        host.recv_done(
+            job,
+            RecvCompletion {
+                byte_len: after_write.unwrap_or(0) as u32,
+                imm: Some(imm),
+                invalidated: None,
+                after_write: true,
+            },
+        );
+        Ok(())
+    }
+
+    /// A queue 1 request (Read, Atomic, Flush, Verify, Atomic Write): checked now,
+    /// against the STag table and the rules of RFC 5040 section 7, RFC 7306
+    /// section 8.2 and the commit draft's section 5.2, then queued behind the
+    /// earlier ones.
+    fn queue1_request<H: Host>(
+        &mut self,
+        host: &mut H,
+        op: rdmap::Opcode,
+        payload: &[u8],
+        dhdr: &[u8],
+    ) -> Result<(), Fail> {
+        let mut d = [0u8; ddp::UNTAGGED_HDR_LEN];
+        d.copy_from_slice(&dhdr[..ddp::UNTAGGED_HDR_LEN]);
+        let qp_access = self.access;
+        // Flush and Verify rights live on the MR only; the QP's flags gate the rest.
+        let allowed = qp_access | access::MR_ONLY;
+        let short = |what| Fail::terminate(Cause::DDP_LOCAL_CATASTROPHIC, Some(dhdr), None, what);
+        let entry = match op {
+            rdmap::Opcode::ReadRequest => {
+                let pkt = rdmap::ReadRequestPacket::new_checked(payload)
+                    .map_err(|_| short("short Read Request"))?;
+                let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| unexpected(dhdr))?;
+                let rhdr = &payload[..rdmap::READ_REQUEST_LEN];
+                // A zero-length Read touches no memory, so its source is not checked.
+                if req.size > 0 {
+                    host.check(
+                        req.src_stag,
+                        req.src_to,
+                        req.size as u64,
+                        access::REMOTE_READ,
+                        qp_access,
+                    )
+                    .map_err(|e| Fail::protection(e, dhdr, Some(rhdr), "RDMA Read refused"))?;
+                }
+                Inbound::Read(ReadResp {
+                    sink_stag: req.sink_stag,
+                    sink_to: req.sink_to,
+                    src_stag: req.src_stag,
+                    src_to: req.src_to,
+                    len: req.size,
+                })
+            }
+            rdmap::Opcode::AtomicRequest => {
+                let pkt = atomic::RequestPacket::new_checked(payload)
+                    .map_err(|_| short("short Atomic Request"))?;
+                let req = atomic::AtomicRequestRepr::parse(&pkt)
+                    .map_err(|_| short("bad Atomic Request"))?;
+                if req.op().is_none() {
+                    // An AOpCode xiw does not implement (section 5.2.1 rule 4).
+                    return Err(Fail::terminate(
+                        Cause::RDMAP_OP_UNEXPECTED_OPCODE,
+                        Some(dhdr),
+                        None,
+                        "unsupported atomic operation code",
+                    ));
+                }
+                let ok = host
+                    .aligned8(req.stag, req.to, access::REMOTE_ATOMIC, qp_access)
+                    .map_err(|e| Fail::protection(e, dhdr, None, "Atomic refused"))?;
+                if !ok {
+                    return Err(Fail::operation_failed(
+                        dhdr,
+                        "atomic target not 64-bit aligned",
+                    ));
+                }
+                Inbound::Atomic {
+                    req,
+                    allowed: qp_access,
+                    dhdr: d,
+                }
+            }
+            rdmap::Opcode::FlushRequest => {
+                let pkt = commit::FlushRequestPacket::new_checked(payload)
+                    .map_err(|_| short("short Flush Request"))?;
+                let req = commit::FlushRequestRepr::parse(&pkt)
+                    .map_err(|_| short("bad Flush Request"))?;
+                let flags = req.flags & commit::FLUSH_KNOWN_FLAGS;
+                if req.length > 0 {
+                    host.check(
+                        req.stag,
+                        req.to,
+                        req.length as u64,
+                        flush_need(flags),
+                        allowed,
+                    )
+                    .map_err(|e| Fail::protection(e, dhdr, None, "RDMA Flush refused"))?;
+                }
+                Inbound::Flush {
+                    stag: req.stag,
+                    to: req.to,
+                    len: req.length,
+                    flags,
+                    allowed,
+                    dhdr: d,
+                }
+            }
+            rdmap::Opcode::VerifyRequest => {
+                let pkt = commit::VerifyRequestPacket::new_checked(payload)
+                    .map_err(|_| short("short Verify Request"))?;
+                let req = commit::VerifyRequestRepr::parse(&pkt)
+                    .map_err(|_| short("bad Verify Request"))?;
+                host.check(req.stag, req.to, req.length as u64, access::VERIFY, allowed)
+                    .map_err(|e| Fail::protection(e, dhdr, None, "RDMA Verify refused"))?;
+                if req.hash.len() > VERIFY_MAX_HASH {
+                    return Err(Fail::operation_failed(
+                        dhdr,
+                        "Verify hash longer than any xiw computes",
+                    ));
+                }
+                let mut expected = [0u8; VERIFY_MAX_HASH];
+                expected[..req.hash.len()].copy_from_slice(req.hash);
+                Inbound::Verify {
+                    stag: req.stag,
+                    to: req.to,
+                    len: req.length,
+                    expected,
+                    expected_len: req.hash.len() as u8,
+                    allowed,
+                    dhdr: d,
+                }
+            }
+            _ => {
+                let pkt = commit::AtomicWriteRequestPacket::new_checked(payload)
+                    .map_err(|_| short("short Atomic Write Request"))?;
+                let req = commit::AtomicWriteRequestRepr::parse(&pkt)
+                    .map_err(|_| short("bad Atomic Write Request"))?;
+                // 64 bits at 64-bit alignment, or nothing at all (section 3.1.3.1).
+                if req.length != commit::ATOMIC_WRITE_DATA_LEN {
+                    return Err(Fail::operation_failed(dhdr, "Atomic Write length is not 8"));
+                }
+                let ok = host
+                    .aligned8(req.stag, req.to, access::REMOTE_WRITE, qp_access)
+                    .map_err(|e| Fail::protection(e, dhdr, None, "Atomic Write refused"))?;
+                if !ok {
+                    return Err(Fail::operation_failed(
+                        dhdr,
+                        "Atomic Write target not 64-bit aligned",
+                    ));
+                }
+                Inbound::AtomicWrite {
+                    stag: req.stag,
+                    to: req.to,
+                    value: u64::from_be_bytes(req.data),
+                    allowed: qp_access,
+                    dhdr: d,
+                }
+            }
+        };
+        // A peer that exceeds the IRD it was given has no untagged buffer for
+        // the request (RFC 6581).
+        if !host.queue_request(entry) {
+            return Err(Fail::terminate(
+                Cause::DDP_U_INVALID_MSN_NO_BUFFER,
+                Some(dhdr),
+                None,
+                "more outstanding queue 1 requests than IRD",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Data of an RDMA Read Response, for the oldest outstanding request.
+fn read_response<H: Host>(
+    host: &mut H,
+    stag: u32,
+    to: u64,
+    last: bool,
+    payload: &[u8],
+    dhdr: &[u8],
+) -> Result<(), Fail> {
+    let Some(Outstanding::Read(pr)) = host.oldest_outstanding() else {
+        return Err(unexpected(dhdr));
+    };
+    let bounds = || {
+        Fail::terminate(
+            Cause::DDP_T_BASE_BOUNDS,
+            Some(dhdr),
+            None,
+            "Read Response outside the sink buffer",
+        )
+    };
+    if stag != pr.sink_stag {
+        return Err(Fail::terminate(
+            Cause::DDP_T_INVALID_STAG,
+            Some(dhdr),
+            None,
+            "Read Response to an unknown sink STag",
+        ));
+    }
+    let n = payload.len() as u64;
+    if to != pr.sink_to.wrapping_add(pr.received) || pr.received + n > pr.length {
+        return Err(bounds());
+    }
+    if host.scatter(&pr.sink, pr.received, payload).is_err() {
+        return Err(Fail::local(
+            Status::LocalProtection,
+            "read sink with a bad lkey",
+        ));
+    }
+    let Some(received) = host.read_arrived(n) else {
+        return Err(Fail::stream("the Read was flushed while its data came"));
+    };
+    if last {
+        if received != pr.length {
+            return Err(bounds());
+        }
+        host.answered(None);
+    }
+    Ok(())
+}
+
+/// An Atomic, Flush, Verify or Atomic Write Response: answers the oldest
+/// outstanding request, which must be of the same kind (RFC 7306 section 5.4
+/// rule 8: responses come back in request order).
+fn response<H: Host>(
+    host: &mut H,
+    op: rdmap::Opcode,
+    payload: &[u8],
+    dhdr: &[u8],
+) -> Result<(), Fail> {
+    let short = |what| Fail::terminate(Cause::DDP_LOCAL_CATASTROPHIC, Some(dhdr), None, what);
+    let len = match (op, host.oldest_outstanding()) {
+        (
+            rdmap::Opcode::AtomicResponse,
+            Some(Outstanding::Atomic {
+                request_id, result, ..
+            }),
+        ) => {
+            let pkt = atomic::ResponsePacket::new_checked(payload)
+                .map_err(|_| short("short Atomic Response"))?;
+            let resp = atomic::AtomicResponseRepr::parse(&pkt)
+                .map_err(|_| short("bad Atomic Response"))?;
+            if resp.request_id != request_id {
+                return Err(unexpected(dhdr));
+            }
+            if host
+                .scatter(&result, 0, &resp.original_value.to_ne_bytes())
+                .is_err()
+            {
+                return Err(Fail::local(
+                    Status::LocalProtection,
+                    "atomic result buffer with a bad lkey",
+                ));
+            }
+            None
+        }
+        (rdmap::Opcode::FlushResponse, Some(Outstanding::Flush { .. }))
+        | (rdmap::Opcode::AtomicWriteResponse, Some(Outstanding::AtomicWrite { .. })) => None,
+        (rdmap::Opcode::VerifyResponse, Some(Outstanding::Verify { result, .. })) => {
+            if host.local_len(&result) < payload.len() as u64 {
+                return Err(Fail::local(
+                    Status::LocalLength,
+                    "verify result buffer shorter than the hash",
+                ));
+            }
+            if host.scatter(&result, 0, payload).is_err() {
+                return Err(Fail::local(
+                    Status::LocalProtection,
+                    "verify result buffer with a bad lkey",
+                ));
+            }
+            Some(payload.len() as u32)
+        }
+        _ => return Err(unexpected(dhdr)),
+    };
+    host.answered(len);
+    Ok(())
+}
+
+fn unexpected(dhdr: &[u8]) -> Fail {
+    Fail::terminate(
+        Cause::RDMAP_OP_UNEXPECTED_OPCODE,
+        Some(dhdr),
+        None,
+        "unexpected opcode",
+    )
+}
