@@ -20,8 +20,8 @@ use crate::context::Shared;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
 use crate::tx;
 use crate::wire::mpa;
-use xiw_engine::recv;
 use xiw_engine::setup;
+use xiw_engine::{recv, send};
 
 /// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
 const PD_MAGIC: &[u8; 4] = b"xiw1";
@@ -533,13 +533,15 @@ impl Cm {
                 },
             );
             t.fd = Some(fd);
-            t.crc = crc;
-            t.mulpdu = qp.sh.cfg.mulpdu;
-            t.gate = await_rtr;
-            t.rtr = initiator && agreed.rtr == mpa::Rtr::ZeroLengthWrite;
-            t.peer_ird = u32::from(agreed.peer_ird).max(1);
-            t.ord_max = t.peer_ird.min((attrs.max_rd_atomic as u32).max(1));
-            t.ird_max = u32::from(agreed.ird).max(1);
+            t.engine.establish(send::Params {
+                crc,
+                mulpdu: qp.sh.cfg.mulpdu,
+                gate: await_rtr,
+                rtr: initiator && agreed.rtr == mpa::Rtr::ZeroLengthWrite,
+                peer_ird: u32::from(agreed.peer_ird),
+                ord: attrs.max_rd_atomic as u32,
+                ird: u32::from(agreed.ird),
+            });
         }
         self.phase = Phase::Established;
         // A responder keeps its deadline: should this attempt turn out to be an

@@ -11,6 +11,7 @@ pub fn status(s: Status) -> u32 {
         Status::LocalProtection => IBV_WC_LOC_PROT_ERR,
         Status::LocalQpOperation => IBV_WC_LOC_QP_OP_ERR,
         Status::Flushed => IBV_WC_WR_FLUSH_ERR,
+        Status::MemoryBind => IBV_WC_MW_BIND_ERR,
         Status::RemoteAccess => IBV_WC_REM_ACCESS_ERR,
         Status::RemoteInvalidRequest => IBV_WC_REM_INV_REQ_ERR,
         Status::RemoteOperation => IBV_WC_REM_OP_ERR,

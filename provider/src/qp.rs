@@ -484,7 +484,7 @@ impl Qp {
         if let Some(body) = f.term {
             let mut tx = self.lock_tx();
             if let Some(fd) = tx.fd {
-                tx.term = Some(body);
+                tx.engine.terminate(body);
                 for _ in 0..20 {
                     if tx.run(self).is_err() || !tx.pending() {
                         break;

@@ -170,7 +170,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             {
                 let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
                 let mut t = qp.lock_tx();
-                t.ord_max = t.peer_ird.min((a.max_rd_atomic as u32).max(1));
+                t.engine.set_ord(a.max_rd_atomic as u32);
             }
             advance(qp, cur, IBV_QPS_RTS)?;
             tx::kick(qp);

@@ -299,27 +299,21 @@ impl recv::Host for Placer<'_> {
     }
 
     fn oldest_outstanding(&mut self) -> Option<Outstanding> {
-        self.qp.lock_tx().orq.front().cloned()
+        self.qp.lock_tx().engine.orq.front().cloned()
     }
 
     fn read_arrived(&mut self, n: u64) -> Option<u64> {
-        match self.qp.lock_tx().orq.front_mut() {
-            Some(xiw_engine::queue1::Outstanding::Read(r)) => {
-                r.received += n;
-                Some(r.received)
-            }
-            _ => None,
-        }
+        self.qp.lock_tx().engine.read_arrived(n)
     }
 
     fn answered(&mut self, len: Option<u32>) {
         let qp = self.qp;
         let mut tx = qp.lock_tx();
         // Gone already if another thread flushed the QP meanwhile.
-        if let Some(o) = tx.orq.pop_front() {
+        if let Some(idx) = tx.engine.answer_oldest() {
             match len {
-                Some(n) => tx.response_done(qp, o.sq_idx(), n),
-                None => tx.read_done(qp, o.sq_idx(), IBV_WC_SUCCESS),
+                Some(n) => tx.response_done(qp, idx, n),
+                None => tx.read_done(qp, idx, IBV_WC_SUCCESS),
             }
         }
         drop(tx);
@@ -327,14 +321,9 @@ impl recv::Host for Placer<'_> {
     }
 
     fn queue_request(&mut self, req: Inbound) -> bool {
-        let mut tx = self.qp.lock_tx();
-        if tx.irq.len() as u32 >= tx.ird_max {
-            return false;
-        }
-        tx.irq.push_back(req);
-        drop(tx);
-        *self.want_kick = true;
-        true
+        let queued = self.qp.lock_tx().engine.queue_request(req);
+        *self.want_kick |= queued;
+        queued
     }
 
     fn may_transmit(&mut self) {
@@ -343,7 +332,7 @@ impl recv::Host for Placer<'_> {
             &qp.sh.log,
             format_args!("qp {}: the peer's first FPDU came", qp.qpn),
         );
-        qp.lock_tx().gate = false;
+        qp.lock_tx().engine.gate = false;
         tx::kick(qp);
     }
 }

@@ -1,168 +1,74 @@
-//! Transmit: frames work requests, read responses and Terminates into FPDUs
-//! (RFC 5044 section 4, RFC 5041, RFC 5040) and writes them to the stream.
+//! Transmit driver: runs the engine's transmit side ([`xiw_engine::send`]) and
+//! writes what it frames to the stream; takes work requests from the send
+//! queue ring and reports their completions in ring order.
 //!
 //! Whoever posts work transmits it on its own thread when it can take the `tx`
 //! lock; when the socket is full the progress thread finishes the job on EPOLLOUT.
 
-use std::collections::VecDeque;
 use std::mem::size_of;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
+use xiw_engine::send::{self, AtomicOp, Completion, Sender, Wr, WrClass, WrOp};
 
-use crate::mem::{self, NEED_NONE};
+use crate::mem::{self, AccessError, NEED_NONE};
 use crate::qp::Qp;
-use crate::rx::{Fail, Status};
-use crate::wire::{atomic, commit, ddp, mpa, rdmap};
-use xiw_engine::queue1::PendingRead;
-
-/// Bytes framed per round before they are written.
-const BATCH: usize = 256 * 1024;
-/// A staging buffer up to this size is kept when its QP goes idle.
-const TRIM_KEEP: usize = 16 * 1024;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Slot {
-    /// Framed; completes once the stream has taken its last byte.
-    Sent,
-    /// Waiting for a response (RDMA Read, Atomic, Flush, Verify, Atomic Write).
-    AwaitResponse,
-    Done(u32),
-    /// Done, with a byte count other than the WQE's own (the hash of a Verify).
-    DoneLen(u32, u32),
-}
+use crate::rx::Fail;
+use crate::wire::{atomic, commit, rdmap};
 
 pub use xiw_engine::queue1::{flush_need, Inbound, ReadResp, VERIFY_MAX_HASH};
 
 /// A queue 1 request this side issued, with the SGEs its response lands in.
 pub type Outstanding = xiw_engine::queue1::Outstanding<Arc<[Sge]>>;
 
-enum Job {
-    Sq {
-        idx: u32,
-        wqe: SendWqe,
-        body: Body,
-    },
-    Inbound(Inbound),
-    /// The response to a request carried out by the media worker.
-    Respond(rdmap::Opcode, Vec<u8>),
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Slot {
+    /// Taken by the engine; not finished yet.
+    Sent,
+    Done(u32),
+    /// Done, with a byte count other than the WQE's own (the hash of a Verify).
+    DoneLen(u32, u32),
 }
 
-/// A Flush to persistence or a Verify waits on the disk: the context's media
-/// worker carries it out, so neither the progress thread nor an application
-/// thread polling its CQ blocks on I/O. Later queue 1 requests wait their turn;
-/// this side's own work goes on.
-enum Media {
-    Idle,
-    Busy(u64),
-    Done(Result<(rdmap::Opcode, Vec<u8>), Fail>),
-}
-
-/// Whether carrying out `req` touches the medium.
-fn needs_media(req: &Inbound) -> bool {
-    match req {
-        Inbound::Flush { flags, len, .. } => *len > 0 && flags & commit::FLUSH_PERSISTENCE != 0,
-        Inbound::Verify { .. } => true,
-        _ => false,
-    }
-}
-
-enum Body {
-    Sges(Vec<Sge>),
+/// Where a work request's payload comes from.
+#[derive(Debug)]
+pub enum Body {
+    Sges(Arc<[Sge]>),
     Inline(Vec<u8>),
-}
-
-struct Cur {
-    job: Job,
-    sent: u64,
 }
 
 pub struct Tx {
     /// Stream descriptor once the connection is established.
     pub fd: Option<i32>,
-    pub crc: bool,
-    /// Largest DDP payload in one FPDU.
-    pub mulpdu: usize,
-    /// Responder side: nothing may be sent before the peer's first FPDU (RFC 6581).
-    pub gate: bool,
-    buf: Vec<u8>,
-    off: usize,
-    /// Stream positions: bytes framed, bytes taken by the socket.
-    framed: u64,
-    written: u64,
-    /// Next SQ index to frame.
+    pub engine: Sender<Arc<[Sge]>, Body>,
+    /// Next SQ index the engine takes.
     pub next: u32,
     slots: Vec<Option<Slot>>,
-    done_at: VecDeque<(u32, u64)>,
-    cur: Option<Cur>,
-    /// Next MSN for each outbound untagged queue (QN 0 to 3); the first is 1 (RFC 5041 5.1).
-    msn: [u32; 4],
-    pub ord_max: u32,
-    /// Requests sent on queue 1 and not yet answered, oldest first (at most ORD).
-    pub orq: VecDeque<Outstanding>,
-    /// Requests received on queue 1 and not yet answered (at most IRD).
-    pub irq: VecDeque<Inbound>,
-    /// Request Identifier of the next Atomic Request (RFC 7306 section 5.2.1).
-    next_request_id: u32,
-    media: Media,
-    pub ird_max: u32,
-    /// A Terminate body to send ahead of everything else.
-    pub term: Option<Vec<u8>>,
-    /// Control FPDU (ready-to-receive) to send first.
-    pub rtr: bool,
     want_out: bool,
-    /// Bytes went out since the last trim pass.
-    active: bool,
-    /// The peer's IRD from the MPA exchange; ORD never exceeds it (RFC 6581 section 7).
-    pub peer_ird: u32,
 }
 
 impl Tx {
     pub fn new(entries: u32) -> Tx {
         Tx {
             fd: None,
-            crc: false,
-            mulpdu: 16384,
-            gate: false,
-            buf: Vec::new(),
-            off: 0,
-            framed: 0,
-            written: 0,
+            engine: Sender::default(),
             next: 0,
             slots: vec![None; entries as usize],
-            done_at: VecDeque::new(),
-            cur: None,
-            msn: [1; 4],
-            ord_max: 1,
-            orq: VecDeque::new(),
-            irq: VecDeque::new(),
-            next_request_id: 1,
-            media: Media::Idle,
-            ird_max: 1,
-            term: None,
-            rtr: false,
             want_out: false,
-            active: false,
-            peer_ird: 1,
         }
     }
 
-    /// Frees the staging buffer of a QP that sent nothing since the last pass;
+    /// Frees the framing buffer of a QP that sent nothing since the last pass;
     /// true while it still holds a large one.
     pub fn trim(&mut self) -> bool {
-        let idle = !std::mem::replace(&mut self.active, false);
-        if idle && self.off == self.buf.len() && self.buf.capacity() > TRIM_KEEP {
-            self.buf = Vec::new();
-            self.off = 0;
-        }
-        self.buf.capacity() > TRIM_KEEP
+        self.engine.trim()
     }
 
     /// Bytes framed but not yet taken by the socket.
     pub fn pending(&self) -> bool {
-        self.off < self.buf.len()
+        self.engine.has_pending()
     }
 
     fn slot(&mut self, idx: u32) -> &mut Option<Slot> {
@@ -174,14 +80,15 @@ impl Tx {
     pub fn run(&mut self, qp: &Qp) -> Result<(), Fail> {
         let Some(fd) = self.fd else { return Ok(()) };
         loop {
-            if self.off < self.buf.len() {
-                // SAFETY: the slice is initialised bytes of `buf`; `fd` is the QP's stream,
-                // kept open until the QP is dropped.
+            if self.engine.has_pending() {
+                let out = self.engine.pending();
+                // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
+                // QP's stream, kept open until the QP is dropped.
                 let n = unsafe {
                     libc::send(
                         fd,
-                        self.buf.as_ptr().add(self.off) as *const libc::c_void,
-                        self.buf.len() - self.off,
+                        out.as_ptr() as *const libc::c_void,
+                        out.len(),
                         libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
                     )
                 };
@@ -197,17 +104,17 @@ impl Tx {
                         _ => return Err(Fail::stream(format!("send: {e}"))),
                     }
                 }
-                self.off += n as usize;
-                self.written += n as u64;
-                self.active = true;
-                if self.off == self.buf.len() {
-                    self.buf.clear();
-                    self.off = 0;
-                }
+                self.engine.advance(n as usize);
                 continue;
             }
             self.complete_written(qp);
-            if !self.frame_more(qp)? {
+            let Tx {
+                engine,
+                next,
+                slots,
+                ..
+            } = self;
+            if !engine.frame_more(&mut SqHost { qp, next, slots })? {
                 break;
             }
         }
@@ -225,15 +132,13 @@ impl Tx {
     }
 
     fn complete_written(&mut self, qp: &Qp) {
-        while let Some(&(idx, pos)) = self.done_at.front() {
-            if pos > self.written {
-                break;
-            }
-            self.done_at.pop_front();
-            if let Some(s @ Slot::Sent) = self.slot(idx) {
-                *s = Slot::Done(IBV_WC_SUCCESS);
-            }
-        }
+        let Tx {
+            engine,
+            next,
+            slots,
+            ..
+        } = self;
+        engine.complete_written(&mut SqHost { qp, next, slots });
         self.complete_ready(qp);
     }
 
@@ -260,11 +165,7 @@ impl Tx {
 
     /// The media worker finished `ticket`; false if the QP gave up on it meanwhile.
     pub fn media_done(&mut self, ticket: u64, r: Result<(rdmap::Opcode, Vec<u8>), Fail>) -> bool {
-        if !matches!(self.media, Media::Busy(t) if t == ticket) {
-            return false;
-        }
-        self.media = Media::Done(r);
-        true
+        self.engine.media_done(ticket, r)
     }
 
     /// Marks the oldest outstanding queue 1 request as answered.
@@ -282,14 +183,7 @@ impl Tx {
     /// Completes every outstanding SQ WQE in error; the QP is in the error state.
     pub fn flush(&mut self, qp: &Qp) {
         self.fd = None;
-        self.buf.clear();
-        self.off = 0;
-        self.cur = None;
-        self.done_at.clear();
-        self.orq.clear();
-        self.irq.clear();
-        self.media = Media::Idle;
-        self.term = None;
+        self.engine.abort();
         self.complete_ready(qp);
         let mut c = qp.sq.consumer();
         let end = qp.sq.producer();
@@ -315,92 +209,48 @@ impl Tx {
             qp.complete_send(wqe, *status);
         }
     }
+}
 
-    /// Frames FPDUs until `BATCH` bytes are waiting; false if there was nothing to frame.
-    fn frame_more(&mut self, qp: &Qp) -> Result<bool, Fail> {
-        let before = self.buf.len();
-        while self.buf.len() < BATCH {
-            if self.rtr {
-                // Ready-to-receive: a zero-length RDMA Write (RFC 6581 section 6).
-                self.rtr = false;
-                let hdr = ddp::HeaderRepr {
-                    last: true,
-                    version: ddp::DDP_VERSION,
-                    rdmap_ctrl: ctrl(rdmap::Opcode::Write),
-                    kind: ddp::Kind::Tagged { stag: 0, to: 0 },
-                };
-                self.push_fpdu(&hdr, &[], |_| Ok(()), 0)?;
-                continue;
-            }
-            if let Some(body) = self.term.take() {
-                let msn = self.take_msn(ddp::QN_TERMINATE);
-                let hdr = untagged(rdmap::Opcode::Terminate, 0, ddp::QN_TERMINATE, msn, 0, true);
-                self.push_fpdu(&hdr, &body, |_| Ok(()), 0)?;
-                // Nothing follows a Terminate (RFC 5040 section 7.1).
-                self.gate = true;
-                continue;
-            }
-            if self.gate {
-                break;
-            }
-            if self.cur.is_none() {
-                self.cur = self.next_job(qp)?;
-            }
-            let Some(mut cur) = self.cur.take() else {
-                break;
-            };
-            let finished = self.frame_job(qp, &mut cur)?;
-            if !finished {
-                self.cur = Some(cur);
-            }
-        }
-        Ok(self.buf.len() > before)
+/// The provider's side of the engine's transmit path: the send queue ring,
+/// the MR table and the media worker.
+struct SqHost<'a> {
+    qp: &'a Qp,
+    next: &'a mut u32,
+    slots: &'a mut [Option<Slot>],
+}
+
+impl SqHost<'_> {
+    fn slot(&mut self, idx: u32) -> &mut Option<Slot> {
+        let mask = self.slots.len() - 1;
+        &mut self.slots[idx as usize & mask]
     }
+}
 
-    fn next_job(&mut self, qp: &Qp) -> Result<Option<Cur>, Fail> {
-        match std::mem::replace(&mut self.media, Media::Idle) {
-            Media::Done(Ok((op, body))) => {
-                return Ok(Some(Cur {
-                    job: Job::Respond(op, body),
-                    sent: 0,
-                }))
-            }
-            Media::Done(Err(f)) => return Err(f),
-            Media::Busy(t) => self.media = Media::Busy(t),
-            Media::Idle => {
-                if let Some(r) = self.irq.pop_front() {
-                    if !needs_media(&r) {
-                        return Ok(Some(Cur {
-                            job: Job::Inbound(r),
-                            sent: 0,
-                        }));
-                    }
-                    // Unique in the context: a job of a destroyed or reset QP
-                    // can never answer for this one.
-                    let ticket = qp.sh.media_ticket();
-                    self.media = Media::Busy(ticket);
-                    crate::context::submit_media(&qp.sh, qp.qpn, ticket, r);
-                }
-            }
-        }
+impl send::SendHost for SqHost<'_> {
+    type Local = Arc<[Sge]>;
+    type Payload = Body;
+
+    fn next_wr(&mut self, admit: impl FnOnce(WrClass) -> bool) -> Option<Wr<Arc<[Sge]>, Body>> {
+        let qp = self.qp;
         // iWARP has no receive-only state: once the stream is up (reached at RTR),
         // the send queue runs, as with iWARP RNICs whose CM moves the QP to RTS.
         if !matches!(qp.state(), IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD) {
-            return Ok(None);
+            return None;
         }
-        if self.next == qp.sq.producer() {
-            return Ok(None);
+        let idx = *self.next;
+        if idx == qp.sq.producer() {
+            return None;
         }
-        let idx = self.next;
         // SAFETY: slot `idx` is in [consumer, producer): published by post_send and not released.
         let wqe: SendWqe = unsafe { qp.sq.read(idx, 0) };
-        if wqe.flags & wqe_flag::FENCE != 0 && !self.orq.is_empty() {
-            return Ok(None);
+        let class = WrClass {
+            queue1: queue1_request(wqe.opcode),
+            fence: wqe.flags & wqe_flag::FENCE != 0,
+        };
+        if !admit(class) {
+            return None;
         }
-        if queue1_request(wqe.opcode) && self.orq.len() as u32 >= self.ord_max {
-            return Ok(None);
-        }
-        let body = if wqe.flags & wqe_flag::INLINE != 0 {
+        let payload = if wqe.flags & wqe_flag::INLINE != 0 {
             let mut v = vec![0u8; wqe.length as usize];
             // SAFETY: the inline bytes were copied into this slot at post time and
             // `length` was bounded by max_inline, which sized the stride.
@@ -421,436 +271,192 @@ impl Tx {
                     .collect(),
             )
         };
-        self.next = idx.wrapping_add(1);
+        *self.next = idx.wrapping_add(1);
         *self.slot(idx) = Some(Slot::Sent);
-        if let Body::Sges(sges) = &body {
-            // Local protection is checked before the first byte goes out.
-            for s in sges.iter().filter(|s| s.length > 0) {
-                // A Read's data, an atomic's original and a hash land in the SGEs.
-                let need = if queue1_request(wqe.opcode)
-                    && !matches!(wqe.opcode, op::FLUSH | op::ATOMIC_WRITE)
-                {
-                    IBV_ACCESS_LOCAL_WRITE
-                } else {
-                    NEED_NONE
-                };
-                if qp
-                    .sh
-                    .mrs
-                    .with_mem(s.lkey, qp.pd, s.addr, s.length as usize, need, |_| ())
-                    .is_err()
-                {
-                    return Err(Fail::local(
-                        Status::LocalProtection,
-                        "send WQE with a bad lkey",
-                    ));
-                }
-            }
+        Some(Wr {
+            idx,
+            op: wr_op(&wqe, &payload),
+            length: wqe.length,
+            payload,
+        })
+    }
+
+    fn check_payload(&mut self, p: &Body, need: u32) -> Result<(), AccessError> {
+        let Body::Sges(sges) = p else { return Ok(()) };
+        let qp = self.qp;
+        for s in sges.iter().filter(|s| s.length > 0) {
+            qp.sh
+                .mrs
+                .with_mem(s.lkey, qp.pd, s.addr, s.length as usize, need, |_| ())?;
         }
-        Ok(Some(Cur {
-            job: Job::Sq { idx, wqe, body },
-            sent: 0,
-        }))
-    }
-
-    /// Frames as much of `cur` as the batch allows; true once its last FPDU is framed.
-    fn frame_job(&mut self, qp: &Qp, cur: &mut Cur) -> Result<bool, Fail> {
-        match &cur.job {
-            Job::Inbound(Inbound::Read(r)) => {
-                let r = *r;
-                loop {
-                    let n = (r.len as u64 - cur.sent).min(self.mulpdu as u64) as usize;
-                    let last = cur.sent + n as u64 == r.len as u64;
-                    let hdr = ddp::HeaderRepr {
-                        last,
-                        version: ddp::DDP_VERSION,
-                        rdmap_ctrl: ctrl(rdmap::Opcode::ReadResponse),
-                        kind: ddp::Kind::Tagged {
-                            stag: r.sink_stag,
-                            to: r.sink_to.wrapping_add(cur.sent),
-                        },
-                    };
-                    let (pd, stag, to) = (qp.pd, r.src_stag, r.src_to + cur.sent);
-                    self.push_fpdu(
-                        &hdr,
-                        &[],
-                        |buf| {
-                            qp.sh
-                                .mrs
-                                .read(stag, pd, to, n, IBV_ACCESS_REMOTE_READ, buf)
-                                .map_err(|_| {
-                                    Fail::local(
-                                        Status::Flushed,
-                                        "read source deregistered while answering",
-                                    )
-                                })
-                        },
-                        n,
-                    )?;
-                    cur.sent += n as u64;
-                    if last {
-                        return Ok(true);
-                    }
-                    if self.buf.len() >= BATCH {
-                        return Ok(false);
-                    }
-                }
-            }
-            Job::Inbound(req) => {
-                let (op, body) = execute(qp, req)?;
-                self.respond(op, &body)?;
-                Ok(true)
-            }
-            Job::Respond(op, body) => {
-                self.respond(*op, body)?;
-                Ok(true)
-            }
-            Job::Sq { idx, wqe, .. } => {
-                let (idx, wqe) = (*idx, *wqe);
-                match wqe.opcode {
-                    op::SEND | op::SEND_INV | op::SEND_IMM | op::WRITE | op::WRITE_IMM => {
-                        self.frame_data(qp, cur, idx, &wqe)
-                    }
-                    op if queue1_request(op) => {
-                        let Job::Sq {
-                            body: Body::Sges(sges),
-                            ..
-                        } = &cur.job
-                        else {
-                            return Err(Fail::local(
-                                Status::LocalQpOperation,
-                                "inline queue 1 request",
-                            ));
-                        };
-                        let sges = sges.clone();
-                        self.frame_request(idx, &wqe, sges)?;
-                        Ok(true)
-                    }
-                    op::LOCAL_INV => {
-                        let st = match qp.sh.mrs.invalidate(wqe.imm_or_inv, qp.pd) {
-                            Ok(()) => IBV_WC_SUCCESS,
-                            Err(_) => IBV_WC_MW_BIND_ERR,
-                        };
-                        *self.slot(idx) = Some(Slot::Sent);
-                        self.done_at.push_back((idx, self.framed));
-                        if st != IBV_WC_SUCCESS {
-                            *self.slot(idx) = Some(Slot::Done(st));
-                        }
-                        Ok(true)
-                    }
-                    _ => Err(Fail::local(
-                        Status::LocalQpOperation,
-                        "unsupported opcode on the send queue",
-                    )),
-                }
-            }
-        }
-    }
-
-    /// Send family and RDMA Write: segments of at most `mulpdu` payload bytes.
-    fn frame_data(
-        &mut self,
-        qp: &Qp,
-        cur: &mut Cur,
-        idx: u32,
-        wqe: &SendWqe,
-    ) -> Result<bool, Fail> {
-        let total = wqe.length as u64;
-        let solicited = wqe.flags & wqe_flag::SOLICITED != 0;
-        let send_op = match (wqe.opcode, solicited) {
-            (op::SEND_INV, false) => rdmap::Opcode::SendInvalidate,
-            (op::SEND_INV, true) => rdmap::Opcode::SendSolicitedInvalidate,
-            (_, false) => rdmap::Opcode::Send,
-            (_, true) => rdmap::Opcode::SendSolicited,
-        };
-        let is_send = !matches!(wqe.opcode, op::WRITE | op::WRITE_IMM);
-        if wqe.opcode == op::SEND_IMM && cur.sent == 0 {
-            // Send with Immediate: Immediate Data, then the Send it belongs to, in
-            // one run of the stream (xiw's receiver gives both one receive; a plain
-            // RFC 7306 receiver completes them as two messages, in order).
-            self.push_immediate(wqe.imm_or_inv, false)?;
-        }
-        let msn = if is_send && cur.sent == 0 {
-            self.take_msn(ddp::QN_SEND)
-        } else {
-            self.msn[0].wrapping_sub(1)
-        };
-        loop {
-            let n = (total - cur.sent).min(self.mulpdu as u64) as usize;
-            let last = cur.sent + n as u64 == total;
-            let hdr = if is_send {
-                let inv = if wqe.opcode == op::SEND_INV {
-                    wqe.imm_or_inv
-                } else {
-                    0
-                };
-                untagged(send_op, inv, ddp::QN_SEND, msn, cur.sent as u32, last)
-            } else {
-                ddp::HeaderRepr {
-                    last,
-                    version: ddp::DDP_VERSION,
-                    rdmap_ctrl: ctrl(rdmap::Opcode::Write),
-                    kind: ddp::Kind::Tagged {
-                        stag: wqe.rkey,
-                        to: wqe.remote_addr.wrapping_add(cur.sent),
-                    },
-                }
-            };
-            let off = cur.sent;
-            let Job::Sq { body, .. } = &cur.job else {
-                unreachable!()
-            };
-            self.push_fpdu(&hdr, &[], |buf| gather(qp, body, off, n, buf), n)?;
-            cur.sent += n as u64;
-            if last {
-                if wqe.opcode == op::WRITE_IMM {
-                    // RDMA Write with Immediate: the Write, then Immediate Data (RFC 7306 section 6).
-                    self.push_immediate(wqe.imm_or_inv, solicited)?;
-                }
-                self.done_at.push_back((idx, self.framed));
-                return Ok(true);
-            }
-            if self.buf.len() >= BATCH {
-                return Ok(false);
-            }
-        }
-    }
-
-    /// One Immediate Data message: the 32-bit immediate of the verbs in the low
-    /// half of RFC 7306's 64 bits.
-    fn push_immediate(&mut self, imm: u32, solicited: bool) -> Result<(), Fail> {
-        let mut body = [0u8; atomic::IMMEDIATE_LEN];
-        body[4..].copy_from_slice(&imm.to_ne_bytes());
-        let op = if solicited {
-            rdmap::Opcode::ImmediateDataSolicited
-        } else {
-            rdmap::Opcode::ImmediateData
-        };
-        let msn = self.take_msn(ddp::QN_SEND);
-        let hdr = untagged(op, 0, ddp::QN_SEND, msn, 0, true);
-        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
-    }
-
-    /// A Read, Atomic, Flush, Verify or Atomic Write Request on queue 1.
-    fn frame_request(&mut self, idx: u32, wqe: &SendWqe, sges: Vec<Sge>) -> Result<(), Fail> {
-        let (opcode, body, pending): (_, Vec<u8>, _) = match wqe.opcode {
-            op::READ => {
-                let (sink_stag, sink_to) = sges.first().map(|s| (s.lkey, s.addr)).unwrap_or((0, 0));
-                let req = rdmap::ReadRequestRepr {
-                    sink_stag,
-                    sink_to,
-                    size: wqe.length,
-                    src_stag: wqe.rkey,
-                    src_to: wqe.remote_addr,
-                };
-                let mut b = vec![0u8; rdmap::READ_REQUEST_LEN];
-                req.emit(&mut rdmap::ReadRequestPacket::new_unchecked(&mut b[..]));
-                let pending = Outstanding::Read(PendingRead {
-                    sq_idx: idx,
-                    sink_stag,
-                    sink_to,
-                    sink: sges.into(),
-                    length: wqe.length as u64,
-                    received: 0,
-                });
-                (rdmap::Opcode::ReadRequest, b, pending)
-            }
-            op::FLUSH => {
-                let req = commit::FlushRequestRepr {
-                    stag: wqe.rkey,
-                    length: wqe.imm_or_inv,
-                    to: wqe.remote_addr,
-                    flags: wqe.op_flags as u32 & commit::FLUSH_KNOWN_FLAGS,
-                };
-                let mut b = vec![0u8; req.buffer_len()];
-                req.emit(&mut commit::FlushRequestPacket::new_unchecked(&mut b[..]));
-                (
-                    rdmap::Opcode::FlushRequest,
-                    b,
-                    Outstanding::Flush { sq_idx: idx },
-                )
-            }
-            op::VERIFY => {
-                let expected = verify_expected(wqe);
-                let req = commit::VerifyRequestRepr {
-                    stag: wqe.rkey,
-                    length: wqe.imm_or_inv,
-                    to: wqe.remote_addr,
-                    hash: &expected.0[..expected.1],
-                };
-                let mut b = vec![0u8; req.buffer_len()];
-                req.emit(&mut commit::VerifyRequestPacket::new_unchecked(&mut b[..]));
-                (
-                    rdmap::Opcode::VerifyRequest,
-                    b,
-                    Outstanding::Verify {
-                        sq_idx: idx,
-                        result: sges.into(),
-                    },
-                )
-            }
-            op::ATOMIC_WRITE => {
-                let req = commit::AtomicWriteRequestRepr {
-                    stag: wqe.rkey,
-                    length: commit::ATOMIC_WRITE_DATA_LEN,
-                    to: wqe.remote_addr,
-                    data: wqe.operand0.to_be_bytes(),
-                };
-                let mut b = vec![0u8; req.buffer_len()];
-                req.emit(&mut commit::AtomicWriteRequestPacket::new_unchecked(
-                    &mut b[..],
-                ));
-                (
-                    rdmap::Opcode::AtomicWriteRequest,
-                    b,
-                    Outstanding::AtomicWrite { sq_idx: idx },
-                )
-            }
-            _ => {
-                let id = self.next_request_id;
-                self.next_request_id = id.wrapping_add(1);
-                let (stag, to) = (wqe.rkey, wqe.remote_addr);
-                let req = match wqe.opcode {
-                    op::ATOMIC_FETCH_ADD => {
-                        atomic::AtomicRequestRepr::fetch_add(id, stag, to, wqe.operand0)
-                    }
-                    op::ATOMIC_MASKED_FETCH_ADD => atomic::AtomicRequestRepr::masked_fetch_add(
-                        id,
-                        stag,
-                        to,
-                        wqe.operand0,
-                        wqe.mask0,
-                    ),
-                    op::ATOMIC_CMP_SWP => atomic::AtomicRequestRepr::cmp_swap(
-                        id,
-                        stag,
-                        to,
-                        wqe.operand0,
-                        wqe.operand1,
-                    ),
-                    op::ATOMIC_MASKED_CMP_SWP => atomic::AtomicRequestRepr::masked_cmp_swap(
-                        id,
-                        stag,
-                        to,
-                        wqe.operand0,
-                        wqe.mask0,
-                        wqe.operand1,
-                        wqe.mask1,
-                    ),
-                    // Swap: a CmpSwap whose compare mask selects nothing.
-                    _ => atomic::AtomicRequestRepr::masked_cmp_swap(
-                        id,
-                        stag,
-                        to,
-                        0,
-                        0,
-                        wqe.operand1,
-                        atomic::NO_MASK,
-                    ),
-                };
-                let mut b = vec![0u8; req.buffer_len()];
-                req.emit(&mut atomic::RequestPacket::new_unchecked(&mut b[..]));
-                (
-                    rdmap::Opcode::AtomicRequest,
-                    b,
-                    Outstanding::Atomic {
-                        sq_idx: idx,
-                        request_id: id,
-                        result: sges.into(),
-                    },
-                )
-            }
-        };
-        self.orq.push_back(pending);
-        *self.slot(idx) = Some(Slot::AwaitResponse);
-        let msn = self.take_msn(ddp::QN_READ_REQUEST);
-        let hdr = untagged(opcode, 0, ddp::QN_READ_REQUEST, msn, 0, true);
-        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
-    }
-
-    /// Frames the response to a queue 1 request on queue 3.
-    fn respond(&mut self, opcode: rdmap::Opcode, body: &[u8]) -> Result<(), Fail> {
-        let msn = self.take_msn(ddp::QN_ATOMIC_RESPONSE);
-        let hdr = untagged(opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
-        self.push_fpdu(&hdr, body, |_| Ok(()), 0)
-    }
-
-    fn take_msn(&mut self, qn: u32) -> u32 {
-        let m = self.msn[qn as usize];
-        self.msn[qn as usize] = m.wrapping_add(1);
-        m
-    }
-
-    /// Appends one FPDU: length, DDP/RDMAP header, `extra` header bytes, `payload_len`
-    /// bytes produced by `payload`, pad and CRC (RFC 5044 section 4.1).
-    fn push_fpdu(
-        &mut self,
-        hdr: &ddp::HeaderRepr,
-        extra: &[u8],
-        payload: impl FnOnce(&mut Vec<u8>) -> Result<(), Fail>,
-        payload_len: usize,
-    ) -> Result<(), Fail> {
-        let start = self.buf.len();
-        let hlen = match hdr.kind {
-            ddp::Kind::Tagged { .. } => ddp::TAGGED_HDR_LEN,
-            ddp::Kind::Untagged { .. } => ddp::UNTAGGED_HDR_LEN,
-        };
-        let ulpdu = hlen + extra.len() + payload_len;
-        self.buf.extend_from_slice(&(ulpdu as u16).to_be_bytes());
-        self.buf.resize(start + 2 + hlen, 0);
-        hdr.emit(&mut self.buf[start + 2..]);
-        self.buf.extend_from_slice(extra);
-        if let Err(e) = payload(&mut self.buf) {
-            self.buf.truncate(start);
-            return Err(e);
-        }
-        debug_assert_eq!(self.buf.len(), start + 2 + ulpdu);
-        let pad = mpa::pad_len(ulpdu);
-        self.buf.resize(self.buf.len() + pad, 0);
-        let trailer = if self.crc {
-            let mut c = mpa::Crc::new();
-            c.update(&self.buf[start..]);
-            c.finish()
-        } else {
-            [0; 4]
-        };
-        self.buf.extend_from_slice(&trailer);
-        self.framed += (self.buf.len() - start) as u64;
         Ok(())
+    }
+
+    fn gather(
+        &mut self,
+        p: &Body,
+        mut off: u64,
+        mut n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessError> {
+        match p {
+            Body::Inline(v) => {
+                let v = v
+                    .get(off as usize..off as usize + n)
+                    .ok_or(AccessError::Bounds)?;
+                out.extend_from_slice(v);
+                Ok(())
+            }
+            Body::Sges(sges) => {
+                let qp = self.qp;
+                for s in sges.iter() {
+                    if n == 0 {
+                        break;
+                    }
+                    if off >= s.length as u64 {
+                        off -= s.length as u64;
+                        continue;
+                    }
+                    let take = ((s.length as u64 - off) as usize).min(n);
+                    qp.sh
+                        .mrs
+                        .read(s.lkey, qp.pd, s.addr + off, take, NEED_NONE, out)?;
+                    off = 0;
+                    n -= take;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn read_source(
+        &mut self,
+        stag: u32,
+        to: u64,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessError> {
+        let qp = self.qp;
+        qp.sh
+            .mrs
+            .read(stag, qp.pd, to, n, IBV_ACCESS_REMOTE_READ, out)
+    }
+
+    fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
+        execute(self.qp, req)
+    }
+
+    fn defer(&mut self, req: Inbound) -> u64 {
+        let qp = self.qp;
+        // Unique in the context: a job of a destroyed or reset QP can never
+        // answer for this one.
+        let ticket = qp.sh.media_ticket();
+        crate::context::submit_media(&qp.sh, qp.qpn, ticket, req);
+        ticket
+    }
+
+    fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessError> {
+        self.qp.sh.mrs.invalidate(stag, self.qp.pd)
+    }
+
+    fn completed(&mut self, idx: u32, c: Completion) {
+        let slot = self.slot(idx);
+        match c {
+            // Only a request still in flight: a flush may have claimed it.
+            Completion::Success => {
+                if let Some(s @ Slot::Sent) = slot {
+                    *s = Slot::Done(IBV_WC_SUCCESS);
+                }
+            }
+            Completion::SuccessLen(n) => *slot = Some(Slot::DoneLen(IBV_WC_SUCCESS, n)),
+            Completion::Error(st) => *slot = Some(Slot::Done(crate::ibv::status(st))),
+        }
     }
 }
 
-/// Copies `n` bytes of a WQE's payload starting at message offset `off` into `out`.
-fn gather(qp: &Qp, body: &Body, mut off: u64, mut n: usize, out: &mut Vec<u8>) -> Result<(), Fail> {
-    match body {
-        Body::Inline(v) => {
-            out.extend_from_slice(&v[off as usize..off as usize + n]);
-            Ok(())
-        }
-        Body::Sges(sges) => {
-            for s in sges {
-                if n == 0 {
-                    break;
-                }
-                if off >= s.length as u64 {
-                    off -= s.length as u64;
-                    continue;
-                }
-                let take = ((s.length as u64 - off) as usize).min(n);
-                qp.sh
-                    .mrs
-                    .read(s.lkey, qp.pd, s.addr + off, take, NEED_NONE, out)
-                    .map_err(|_| {
-                        Fail::local(
-                            Status::LocalProtection,
-                            "send buffer deregistered while in flight",
-                        )
-                    })?;
-                off = 0;
-                n -= take;
+/// A send queue WQE as the engine's work request.
+fn wr_op(wqe: &SendWqe, payload: &Body) -> WrOp<Arc<[Sge]>> {
+    let (stag, to) = (wqe.rkey, wqe.remote_addr);
+    let solicited = wqe.flags & wqe_flag::SOLICITED != 0;
+    match (wqe.opcode, payload) {
+        (op::SEND | op::SEND_IMM | op::SEND_INV, _) => WrOp::Send {
+            solicited,
+            invalidate: (wqe.opcode == op::SEND_INV).then_some(wqe.imm_or_inv),
+            imm: (wqe.opcode == op::SEND_IMM).then_some(wqe.imm_or_inv),
+        },
+        (op::WRITE | op::WRITE_IMM, _) => WrOp::Write {
+            stag,
+            to,
+            imm: (wqe.opcode == op::WRITE_IMM).then_some(wqe.imm_or_inv),
+            solicited,
+        },
+        (op::LOCAL_INV, _) => WrOp::LocalInvalidate {
+            stag: wqe.imm_or_inv,
+        },
+        (o, Body::Sges(local)) if queue1_request(o) => queue1_op(wqe, local.clone()),
+        (o, Body::Inline(_)) if queue1_request(o) => WrOp::Invalid("inline queue 1 request"),
+        _ => WrOp::Invalid("unsupported opcode on the send queue"),
+    }
+}
+
+/// A queue 1 request; `local` is where its response lands.
+fn queue1_op(wqe: &SendWqe, local: Arc<[Sge]>) -> WrOp<Arc<[Sge]>> {
+    let (stag, to) = (wqe.rkey, wqe.remote_addr);
+    let atomic = |op| WrOp::Atomic {
+        op,
+        stag,
+        to,
+        result: local.clone(),
+    };
+    match wqe.opcode {
+        op::READ => {
+            let (sink_stag, sink_to) = local.first().map(|s| (s.lkey, s.addr)).unwrap_or((0, 0));
+            WrOp::Read {
+                stag,
+                to,
+                sink_stag,
+                sink_to,
+                sink: local,
             }
-            Ok(())
         }
+        op::FLUSH => WrOp::Flush {
+            stag,
+            to,
+            len: wqe.imm_or_inv,
+            flags: wqe.op_flags as u32,
+        },
+        op::VERIFY => {
+            let (hash, len) = verify_expected(wqe);
+            WrOp::Verify {
+                stag,
+                to,
+                len: wqe.imm_or_inv,
+                hash,
+                hash_len: len as u8,
+                result: local,
+            }
+        }
+        op::ATOMIC_WRITE => WrOp::AtomicWrite {
+            stag,
+            to,
+            value: wqe.operand0,
+        },
+        op::ATOMIC_FETCH_ADD => atomic(AtomicOp::FetchAdd { add: wqe.operand0 }),
+        op::ATOMIC_MASKED_FETCH_ADD => atomic(AtomicOp::MaskedFetchAdd {
+            add: wqe.operand0,
+            mask: wqe.mask0,
+        }),
+        op::ATOMIC_CMP_SWP => atomic(AtomicOp::CmpSwap {
+            compare: wqe.operand0,
+            swap: wqe.operand1,
+        }),
+        op::ATOMIC_MASKED_CMP_SWP => atomic(AtomicOp::MaskedCmpSwap {
+            compare: wqe.operand0,
+            compare_mask: wqe.mask0,
+            swap: wqe.operand1,
+            swap_mask: wqe.mask1,
+        }),
+        _ => atomic(AtomicOp::Swap { swap: wqe.operand1 }),
     }
 }
 
@@ -1033,35 +639,6 @@ pub fn verify_expected(wqe: &SendWqe) -> ([u8; VERIFY_MAX_HASH], usize) {
         h[k * 8..k * 8 + 8].copy_from_slice(&w.to_ne_bytes());
     }
     (h, (wqe.op_flags as usize).min(VERIFY_MAX_HASH))
-}
-
-fn ctrl(op: rdmap::Opcode) -> u8 {
-    rdmap::Ctrl {
-        version: rdmap::RDMAP_VERSION,
-        opcode: op as u8,
-    }
-    .to_byte()
-}
-
-fn untagged(
-    op: rdmap::Opcode,
-    ulp_word: u32,
-    qn: u32,
-    msn: u32,
-    mo: u32,
-    last: bool,
-) -> ddp::HeaderRepr {
-    ddp::HeaderRepr {
-        last,
-        version: ddp::DDP_VERSION,
-        rdmap_ctrl: ctrl(op),
-        kind: ddp::Kind::Untagged {
-            ulp_word,
-            qn,
-            msn,
-            mo,
-        },
-    }
 }
 
 /// Transmits on the calling thread if no one else is; otherwise leaves a note

@@ -59,6 +59,8 @@ pub enum Status {
     LocalQpOperation,
     /// The QP failed before the request could run.
     Flushed,
+    /// A memory window or local invalidation failed.
+    MemoryBind,
     /// The peer refused an access to its memory.
     RemoteAccess,
     /// The peer cannot carry out the request at all (an opcode it lacks, a

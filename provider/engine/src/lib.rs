@@ -13,14 +13,19 @@
 //!   Flush, Verify, Atomic Write), both ways.
 //! - [`recv`]: the receive side of a QP, reaching memory and queues through
 //!   its driver's `Host`.
+//! - [`send`]: the transmit side of a QP: work requests and answers in,
+//!   FPDUs out, payload gathered through its driver's `SendHost`.
+//! - [`pair`]: two engines back to back in memory, with faults injected.
 //! - [`sim`]: an in-memory `Host` (memory as windows of one arena), for
 //!   tests and fuzzing.
 
 #![forbid(unsafe_code)]
 
 pub mod fault;
+pub mod pair;
 pub mod queue1;
 pub mod recv;
+pub mod send;
 pub mod setup;
 pub mod sim;
 pub mod wire;

@@ -1,13 +1,16 @@
-//! An in-memory driver side for the receive engine, for tests and fuzzing:
+//! An in-memory driver side for the engine, for tests and fuzzing:
 //! registered memory is windows of one byte arena (so a write anywhere else
-//! shows), receives and queue 1 state are plain queues, and every completion
-//! and answer is recorded in order.
+//! shows), the send and receive queues and the queue 1 state are plain
+//! queues, and every completion and answer is recorded in order. Requests
+//! that would wait on a medium are held until the test releases them.
 
 use std::collections::VecDeque;
 
-use crate::fault::{AccessFault, Status};
-use crate::queue1::{Inbound, Outstanding};
+use crate::fault::{AccessFault, Fail, Status};
+use crate::queue1::{access, flush_need, Inbound, Outstanding};
 use crate::recv::{Host, RecvCompletion};
+use crate::send::{Completion, SendHost, Wr, WrClass, WrOp};
+use crate::wire::{atomic, commit, rdmap};
 
 /// A registered region: `len` bytes of the arena from `at`, reached by the
 /// peer at tagged offsets from `iova`.
@@ -52,6 +55,27 @@ pub struct Sim {
     /// Send queue indexes answered, in order, with the byte count reported.
     pub answered: Vec<(u32, Option<u32>)>,
     pub may_transmit: bool,
+    /// Work requests posted and not yet taken by the engine.
+    pub sq: VecDeque<SimWr>,
+    /// Index the next work request taken gets.
+    pub next_idx: u32,
+    /// Send completions, in send queue order (as a driver reports them).
+    pub sq_done: Vec<(u32, Completion)>,
+    /// Finished out of order, waiting for the ones before them.
+    finished: std::collections::BTreeMap<u32, Completion>,
+    /// Requests handed to the "media worker", with their tickets.
+    pub deferred: VecDeque<(u64, Inbound)>,
+    next_ticket: u64,
+}
+
+/// A posted send work request; `payload` is its local buffer list (also
+/// where a response lands).
+#[derive(Clone, Debug)]
+pub struct SimWr {
+    pub op: WrOp<Sges>,
+    pub length: u32,
+    pub payload: Sges,
+    pub fence: bool,
 }
 
 impl Sim {
@@ -68,6 +92,12 @@ impl Sim {
             ird: 16,
             answered: Vec::new(),
             may_transmit: false,
+            sq: VecDeque::new(),
+            next_idx: 0,
+            sq_done: Vec::new(),
+            finished: std::collections::BTreeMap::new(),
+            deferred: VecDeque::new(),
+            next_ticket: 1,
         }
     }
 
@@ -90,6 +120,86 @@ impl Sim {
         let r = self.regions.iter().find(|r| r.stag == stag).expect("stag");
         let off = r.at + (to - r.iova) as usize;
         &self.arena[off..off + len]
+    }
+
+    /// Work request `idx` finished: report it, and every later one already
+    /// finished, once all before it are reported (RFC 5040 section 5.5).
+    pub fn finish(&mut self, idx: u32, c: Completion) {
+        self.finished.entry(idx).or_insert(c);
+        let mut next = self.sq_done.len() as u32;
+        while let Some(c) = self.finished.remove(&next) {
+            self.sq_done.push((next, c));
+            next += 1;
+        }
+    }
+
+    /// Posts a send work request.
+    pub fn post(&mut self, op: WrOp<Sges>, payload: Sges, fence: bool) {
+        let length = payload.iter().map(|s| s.2).sum();
+        self.sq.push_back(SimWr {
+            op,
+            length,
+            payload,
+            fence,
+        });
+    }
+
+    /// Carries out a queue 1 request as a driver would (Verify has no medium
+    /// here, so it fails).
+    pub fn carry_out(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
+        let dhdr = req.ddp_header();
+        let refused = |e| Fail::protection(e, dhdr, None, "request refused");
+        let word = |s: &mut Sim, stag, to, need, allowed| -> Result<usize, Fail> {
+            let at = s.resolve(stag, to, 8, need, allowed).map_err(refused)?;
+            if at % 8 != 0 {
+                return Err(Fail::operation_failed(dhdr, "target not 64-bit aligned"));
+            }
+            Ok(at)
+        };
+        match *req {
+            Inbound::Atomic { req, allowed, .. } => {
+                let at = word(self, req.stag, req.to, access::REMOTE_ATOMIC, allowed)?;
+                let old = u64::from_ne_bytes(self.arena[at..at + 8].try_into().expect("8"));
+                let new = req
+                    .apply(old)
+                    .ok_or_else(|| Fail::operation_failed(dhdr, "atomic not performed"))?;
+                self.arena[at..at + 8].copy_from_slice(&new.to_ne_bytes());
+                let resp = atomic::AtomicResponseRepr {
+                    request_id: req.request_id,
+                    original_value: old,
+                };
+                let mut b = vec![0u8; resp.buffer_len()];
+                resp.emit(&mut atomic::ResponsePacket::new_unchecked(&mut b[..]));
+                Ok((rdmap::Opcode::AtomicResponse, b))
+            }
+            Inbound::Flush {
+                stag,
+                to,
+                len,
+                flags,
+                allowed,
+                ..
+            } => {
+                if len > 0 {
+                    self.resolve(stag, to, len as u64, flush_need(flags), allowed)
+                        .map_err(refused)?;
+                }
+                Ok((rdmap::Opcode::FlushResponse, Vec::new()))
+            }
+            Inbound::AtomicWrite {
+                stag,
+                to,
+                value,
+                allowed,
+                ..
+            } => {
+                let at = word(self, stag, to, access::REMOTE_WRITE, allowed)?;
+                self.arena[at..at + 8].copy_from_slice(&value.to_ne_bytes());
+                Ok((rdmap::Opcode::AtomicWriteResponse, Vec::new()))
+            }
+            Inbound::Verify { .. } => Err(Fail::operation_failed(dhdr, "MR is not verifiable")),
+            Inbound::Read(_) => Err(Fail::operation_failed(dhdr, "a Read is streamed")),
+        }
     }
 
     fn resolve(
@@ -116,6 +226,30 @@ impl Sim {
             return Err(AccessFault::Access);
         }
         Ok(r.at + (to - r.iova) as usize)
+    }
+
+    fn gather_sges(
+        &self,
+        sges: &Sges,
+        mut off: u64,
+        mut n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessFault> {
+        for &(lkey, to, len) in sges {
+            if n == 0 {
+                break;
+            }
+            if off >= len as u64 {
+                off -= len as u64;
+                continue;
+            }
+            let take = ((len as u64 - off) as usize).min(n);
+            let at = self.resolve(lkey, to + off, take as u64, 0, u32::MAX)?;
+            out.extend_from_slice(&self.arena[at..at + take]);
+            n -= take;
+            off = 0;
+        }
+        Ok(())
     }
 
     fn scatter_sges(
@@ -261,3 +395,79 @@ impl Host for Sim {
         self.may_transmit = true;
     }
 }
+
+impl SendHost for Sim {
+    type Local = Sges;
+    type Payload = Sges;
+
+    fn next_wr(&mut self, admit: impl FnOnce(WrClass) -> bool) -> Option<Wr<Sges, Sges>> {
+        let w = self.sq.front()?;
+        let class = WrClass {
+            queue1: w.op.is_queue1(),
+            fence: w.fence,
+        };
+        if !admit(class) {
+            return None;
+        }
+        let w = self.sq.pop_front()?;
+        let idx = self.next_idx;
+        self.next_idx += 1;
+        Some(Wr {
+            idx,
+            op: w.op,
+            length: w.length,
+            payload: w.payload,
+        })
+    }
+
+    fn check_payload(&mut self, p: &Sges, need: u32) -> Result<(), AccessFault> {
+        for &(lkey, to, len) in p.iter().filter(|s| s.2 > 0) {
+            self.resolve(lkey, to, len as u64, need, u32::MAX)?;
+        }
+        Ok(())
+    }
+
+    fn gather(
+        &mut self,
+        p: &Sges,
+        off: u64,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessFault> {
+        self.gather_sges(p, off, n, out)
+    }
+
+    fn read_source(
+        &mut self,
+        stag: u32,
+        to: u64,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessFault> {
+        let at = self.resolve(stag, to, n as u64, access::REMOTE_READ, u32::MAX)?;
+        out.extend_from_slice(&self.arena[at..at + n]);
+        Ok(())
+    }
+
+    fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
+        self.carry_out(req)
+    }
+
+    fn defer(&mut self, req: Inbound) -> u64 {
+        let t = self.next_ticket;
+        self.next_ticket += 1;
+        self.deferred.push_back((t, req));
+        t
+    }
+
+    fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessFault> {
+        Host::invalidate(self, stag)
+    }
+
+    fn completed(&mut self, idx: u32, c: Completion) {
+        self.finish(idx, c);
+    }
+}
+
+/// Flush flags for tests: to persistence.
+pub const FLUSH_PERSISTENCE: u32 = commit::FLUSH_PERSISTENCE;

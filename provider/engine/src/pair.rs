@@ -1,0 +1,374 @@
+//! Two engines back to back in memory: each side a [`Receiver`] and a
+//! [`Sender`] over a [`Sim`], the stream between them a pair of byte queues
+//! with faults injected at will (a cut or a corrupted byte at any offset, any
+//! segmentation, a side that stalls, media results held back). Deterministic:
+//! the same faults give the same run. A side that fails sends its Terminate (if
+//! any), stops reading, and completes every work request it holds, as a QP
+//! moving to the error state does.
+
+use crate::fault::AccessFault;
+use crate::fault::{Fail, Status};
+use crate::queue1::{Inbound, Outstanding};
+use crate::recv::{self, Host, Receiver, RecvCompletion};
+use crate::send::{self, Completion, Sender};
+use crate::sim::{RecvOutcome, Sges, Sim, SimRecv};
+
+/// One side of the pair.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub mem: Sim,
+    pub rx: Receiver<SimRecv>,
+    pub tx: Sender<Sges, Sges>,
+    /// Why this side failed, once it has.
+    pub failed: Option<Fail>,
+    inbox: Vec<u8>,
+    /// Bytes this side put on the stream (its Terminate last, if it failed).
+    out: Vec<u8>,
+    /// Media results are held until [`Pair::release_media`].
+    pub hold_media: bool,
+}
+
+/// The receive engine's view of one side: memory and receives in the `Sim`,
+/// queue 1 state in the side's `Sender`.
+struct Link<'a> {
+    mem: &'a mut Sim,
+    tx: &'a mut Sender<Sges, Sges>,
+}
+
+impl Host for Link<'_> {
+    type Recv = SimRecv;
+    type Local = Sges;
+
+    fn place(
+        &mut self,
+        stag: u32,
+        to: u64,
+        data: &[u8],
+        need: u32,
+        allowed: u32,
+    ) -> Result<(), AccessFault> {
+        self.mem.place(stag, to, data, need, allowed)
+    }
+    fn check(
+        &mut self,
+        stag: u32,
+        to: u64,
+        len: u64,
+        need: u32,
+        allowed: u32,
+    ) -> Result<(), AccessFault> {
+        self.mem.check(stag, to, len, need, allowed)
+    }
+    fn aligned8(
+        &mut self,
+        stag: u32,
+        to: u64,
+        need: u32,
+        allowed: u32,
+    ) -> Result<bool, AccessFault> {
+        self.mem.aligned8(stag, to, need, allowed)
+    }
+    fn invalidate(&mut self, stag: u32) -> Result<(), AccessFault> {
+        Host::invalidate(self.mem, stag)
+    }
+    fn take_recv(&mut self) -> Option<SimRecv> {
+        self.mem.take_recv()
+    }
+    fn recv_len(&self, r: &SimRecv) -> u64 {
+        self.mem.recv_len(r)
+    }
+    fn scatter_recv(&mut self, r: &SimRecv, off: u64, data: &[u8]) -> Result<(), AccessFault> {
+        self.mem.scatter_recv(r, off, data)
+    }
+    fn recv_done(&mut self, r: SimRecv, c: RecvCompletion) {
+        self.mem.recv_done(r, c)
+    }
+    fn recv_failed(&mut self, r: SimRecv, status: Status) {
+        self.mem.recv_failed(r, status)
+    }
+    fn scatter(&mut self, l: &Sges, off: u64, data: &[u8]) -> Result<(), AccessFault> {
+        Host::scatter(self.mem, l, off, data)
+    }
+    fn local_len(&self, l: &Sges) -> u64 {
+        self.mem.local_len(l)
+    }
+    fn oldest_outstanding(&mut self) -> Option<Outstanding<Sges>> {
+        self.tx.orq.front().cloned()
+    }
+    fn read_arrived(&mut self, n: u64) -> Option<u64> {
+        self.tx.read_arrived(n)
+    }
+    fn answered(&mut self, len: Option<u32>) {
+        if let Some(idx) = self.tx.answer_oldest() {
+            let c = len.map_or(Completion::Success, Completion::SuccessLen);
+            self.mem.finish(idx, c);
+        }
+    }
+    fn queue_request(&mut self, req: Inbound) -> bool {
+        self.tx.queue_request(req)
+    }
+    fn may_transmit(&mut self) {
+        self.tx.gate = false;
+    }
+}
+
+impl Endpoint {
+    pub fn new(mem: Sim, rp: recv::Params, sp: send::Params) -> Endpoint {
+        Endpoint {
+            mem,
+            rx: Receiver::new(rp),
+            tx: Sender::new(sp),
+            failed: None,
+            inbox: Vec::new(),
+            out: Vec::new(),
+            hold_media: false,
+        }
+    }
+
+    /// Frames whatever can go and puts it on the stream; true if any did.
+    fn transmit(&mut self) -> bool {
+        if self.failed.is_some() {
+            return false;
+        }
+        let before = self.out.len();
+        loop {
+            match self.tx.frame_more(&mut self.mem) {
+                Ok(more) => {
+                    let n = self.tx.pending().len();
+                    self.out.extend_from_slice(self.tx.pending());
+                    self.tx.advance(n);
+                    self.tx.complete_written(&mut self.mem);
+                    if !more {
+                        break;
+                    }
+                }
+                Err(f) => {
+                    self.fail(f);
+                    break;
+                }
+            }
+        }
+        self.out.len() > before
+    }
+
+    /// Takes in stream bytes.
+    fn receive(&mut self, bytes: &[u8]) {
+        if self.failed.is_some() {
+            return;
+        }
+        self.inbox.extend_from_slice(bytes);
+        let mut link = Link {
+            mem: &mut self.mem,
+            tx: &mut self.tx,
+        };
+        let (used, r) = self.rx.handle(&mut link, &self.inbox);
+        self.inbox.drain(..used);
+        if let Err(f) = r {
+            self.fail(f);
+        }
+    }
+
+    /// Hands the worker's results back; true if there were any.
+    fn run_media(&mut self) -> bool {
+        let mut any = false;
+        while let Some((ticket, req)) = self.mem.deferred.pop_front() {
+            let r = self.mem.carry_out(&req);
+            self.tx.media_done(ticket, r);
+            any = true;
+        }
+        any
+    }
+
+    /// The QP goes to the error state: the Terminate goes out (nothing after
+    /// it), then every work request still held completes: the oldest send
+    /// with the failure's status, everything else flushed.
+    pub fn fail(&mut self, f: Fail) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Some(body) = f.term.clone() {
+            self.tx.terminate(body);
+            self.tx.gate = true;
+            if self.tx.frame_more(&mut self.mem).is_ok() {
+                self.out.extend_from_slice(self.tx.pending());
+            }
+        }
+        self.tx.abort();
+        let mut first = f.sq_status;
+        for idx in self.mem.sq_done.len() as u32..self.mem.next_idx {
+            let st = first.take().unwrap_or(Status::Flushed);
+            self.mem.finish(idx, Completion::Error(st));
+        }
+        while self.mem.sq.pop_front().is_some() {
+            let idx = self.mem.next_idx;
+            self.mem.next_idx += 1;
+            self.mem.finish(idx, Completion::Error(Status::Flushed));
+        }
+        if let Some(r) = self.rx.take_current() {
+            self.mem
+                .completed
+                .push((r.wr_id, RecvOutcome::Failed(Status::Flushed)));
+        }
+        while let Some(r) = self.mem.recvs.pop_front() {
+            self.mem
+                .completed
+                .push((r.wr_id, RecvOutcome::Failed(Status::Flushed)));
+        }
+        self.failed = Some(f);
+    }
+
+    /// Every work request posted has completed, once.
+    pub fn all_completed(&self, posted_sends: usize, posted_recvs: usize) -> bool {
+        let mut ids: Vec<u64> = self.mem.completed.iter().map(|c| c.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        self.mem.sq_done.len() == posted_sends
+            && self.mem.sq.is_empty()
+            && self.mem.completed.len() == posted_recvs
+            && ids.len() == posted_recvs
+    }
+}
+
+/// What goes wrong on the stream from side `from` to the other.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// Deliver only this many bytes, then the stream is cut (both sides fail
+    /// once nothing more moves).
+    pub cut_at: Option<u64>,
+    /// XOR the byte at this offset with the mask.
+    pub corrupt_at: Option<(u64, u8)>,
+    /// Largest piece delivered at once (0: everything there is).
+    pub chunk: usize,
+    /// The receiving side takes nothing (a stalled peer).
+    pub stalled: bool,
+}
+
+pub struct Pair {
+    pub ends: [Endpoint; 2],
+    /// Faults of the stream from side 0 to 1, and from 1 to 0.
+    pub faults: [Faults; 2],
+    /// Bytes of each direction delivered so far.
+    delivered: [usize; 2],
+    cut: bool,
+}
+
+impl Pair {
+    pub fn new(a: Endpoint, b: Endpoint) -> Pair {
+        Pair {
+            ends: [a, b],
+            faults: [Faults::default(); 2],
+            delivered: [0; 2],
+            cut: false,
+        }
+    }
+
+    /// Two sides connected as an MPA exchange leaves them: side 0 the
+    /// initiator (it sends the ready-to-receive first), side 1 the responder
+    /// (silent until it arrives).
+    pub fn connected(a: Sim, b: Sim, crc: bool, mulpdu: usize, ord: u32, ird: u32) -> Pair {
+        let rp = |expect_rtr| recv::Params {
+            crc,
+            expect_rtr,
+            access: u32::MAX,
+            extensions: true,
+            merge_imm: true,
+        };
+        let sp = |gate, rtr| send::Params {
+            crc,
+            mulpdu,
+            gate,
+            rtr,
+            peer_ird: ird,
+            ord,
+            ird,
+        };
+        Pair::new(
+            Endpoint::new(a, rp(false), sp(false, true)),
+            Endpoint::new(b, rp(true), sp(true, false)),
+        )
+    }
+
+    /// Lets the held media results of side `i` through.
+    pub fn release_media(&mut self, i: usize) {
+        self.ends[i].run_media();
+    }
+
+    /// Stream bytes side `i` has sent so far.
+    pub fn sent(&self, i: usize) -> &[u8] {
+        &self.ends[i].out
+    }
+
+    /// One round: both sides transmit, the stream delivers, both sides
+    /// receive, media results come back. True if anything moved.
+    pub fn step(&mut self) -> bool {
+        let mut moved = false;
+        for i in 0..2 {
+            moved |= self.ends[i].transmit();
+            if !self.ends[i].hold_media {
+                moved |= self.ends[i].run_media();
+            }
+        }
+        for from in 0..2 {
+            let to = 1 - from;
+            let f = self.faults[from];
+            if f.stalled {
+                continue;
+            }
+            let total = self.ends[from].out.len();
+            let limit = f.cut_at.map_or(total, |c| total.min(c as usize));
+            let start = self.delivered[from];
+            if start >= limit {
+                continue;
+            }
+            let end = if f.chunk == 0 {
+                limit
+            } else {
+                limit.min(start + f.chunk)
+            };
+            let mut piece = self.ends[from].out[start..end].to_vec();
+            if let Some((at, mask)) = f.corrupt_at {
+                let at = at as usize;
+                if (start..end).contains(&at) {
+                    piece[at - start] ^= mask;
+                }
+            }
+            self.delivered[from] = end;
+            self.ends[to].receive(&piece);
+            moved = true;
+        }
+        moved
+    }
+
+    /// Both ends see the stream close (a reset, or the application giving
+    /// up on a stalled connection): each fails, if it had not already.
+    pub fn close(&mut self) {
+        for e in &mut self.ends {
+            e.fail(Fail::stream("the stream was closed"));
+        }
+        self.run();
+    }
+
+    /// Steps until nothing moves; a cut stream then fails both sides. Panics
+    /// if the pair never settles (a livelock).
+    pub fn run(&mut self) {
+        for _ in 0..1_000_000 {
+            if self.step() {
+                continue;
+            }
+            let cut = (0..2).any(|i| {
+                self.faults[i]
+                    .cut_at
+                    .is_some_and(|c| (c as usize) < self.ends[i].out.len())
+            });
+            if cut && !self.cut {
+                self.cut = true;
+                for e in &mut self.ends {
+                    e.fail(Fail::stream("the stream was cut"));
+                }
+                continue;
+            }
+            return;
+        }
+        panic!("the pair never settled");
+    }
+}

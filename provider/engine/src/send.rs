@@ -1,0 +1,900 @@
+//! The transmit side of a QP: work requests and queue 1 answers in, FPDUs out
+//! (RFC 5044 section 4, RFC 5041, RFC 5040, RFC 7306, draft-talpey-rdma-commit).
+//! The engine frames into its own buffer; the driver hands [`Sender::pending`]
+//! to the stream and reports what it took with [`Sender::advance`]. Payload,
+//! the send queue and the carrying out of requests are reached through the
+//! driver's [`SendHost`].
+
+use std::collections::VecDeque;
+
+use crate::fault::{AccessFault, Fail, Status};
+use crate::queue1::{access, Inbound, Outstanding, PendingRead, VERIFY_MAX_HASH};
+use crate::wire::{atomic, commit, ddp, mpa, rdmap};
+
+/// Bytes framed per round before they are handed to the stream.
+pub const BATCH: usize = 256 * 1024;
+/// A framing buffer up to this size is kept when its QP goes idle.
+const TRIM_KEEP: usize = 16 * 1024;
+
+/// The operands of an RFC 7306 atomic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    FetchAdd {
+        add: u64,
+    },
+    MaskedFetchAdd {
+        add: u64,
+        mask: u64,
+    },
+    CmpSwap {
+        compare: u64,
+        swap: u64,
+    },
+    MaskedCmpSwap {
+        compare: u64,
+        compare_mask: u64,
+        swap: u64,
+        swap_mask: u64,
+    },
+    Swap {
+        swap: u64,
+    },
+}
+
+/// What a work request asks for. `L` is the driver's local buffer list, where
+/// a response lands.
+#[derive(Clone, Debug)]
+pub enum WrOp<L> {
+    Send {
+        solicited: bool,
+        invalidate: Option<u32>,
+        imm: Option<u32>,
+    },
+    Write {
+        stag: u32,
+        to: u64,
+        imm: Option<u32>,
+        solicited: bool,
+    },
+    Read {
+        stag: u32,
+        to: u64,
+        sink_stag: u32,
+        sink_to: u64,
+        sink: L,
+    },
+    Atomic {
+        op: AtomicOp,
+        stag: u32,
+        to: u64,
+        result: L,
+    },
+    Flush {
+        stag: u32,
+        to: u64,
+        len: u32,
+        flags: u32,
+    },
+    Verify {
+        stag: u32,
+        to: u64,
+        len: u32,
+        hash: [u8; VERIFY_MAX_HASH],
+        hash_len: u8,
+        result: L,
+    },
+    AtomicWrite {
+        stag: u32,
+        to: u64,
+        value: u64,
+    },
+    LocalInvalidate {
+        stag: u32,
+    },
+    /// Nothing this QP can carry out (an inline queue 1 request, an unknown opcode).
+    Invalid(&'static str),
+}
+
+impl<L> WrOp<L> {
+    /// Answered by the peer on queue 3 or 2, so counted against ORD.
+    pub fn is_queue1(&self) -> bool {
+        matches!(
+            self,
+            WrOp::Read { .. }
+                | WrOp::Atomic { .. }
+                | WrOp::Flush { .. }
+                | WrOp::Verify { .. }
+                | WrOp::AtomicWrite { .. }
+        )
+    }
+}
+
+/// A work request taken from the send queue: `idx` is the driver's token for
+/// it, `payload` where its data comes from (`length` bytes).
+#[derive(Clone, Debug)]
+pub struct Wr<L, P> {
+    pub idx: u32,
+    pub op: WrOp<L>,
+    pub length: u32,
+    pub payload: P,
+}
+
+/// What decides whether the next work request may start now.
+#[derive(Clone, Copy, Debug)]
+pub struct WrClass {
+    pub queue1: bool,
+    pub fence: bool,
+}
+
+/// How a work request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completion {
+    Success,
+    /// Success, with a byte count other than the request's own (a Verify's hash).
+    SuccessLen(u32),
+    Error(Status),
+}
+
+/// What the transmit side needs from the driver.
+pub trait SendHost {
+    type Local: Clone;
+    type Payload;
+
+    /// Takes the next work request if `admit` accepts its class; None if there
+    /// is none, the QP cannot send, or it must wait.
+    fn next_wr(
+        &mut self,
+        admit: impl FnOnce(WrClass) -> bool,
+    ) -> Option<Wr<Self::Local, Self::Payload>>;
+    /// Checks the local buffers of a request (`need`: the rights it must grant).
+    fn check_payload(&mut self, p: &Self::Payload, need: u32) -> Result<(), AccessFault>;
+    /// Appends `n` payload bytes from message offset `off` to `out`.
+    fn gather(
+        &mut self,
+        p: &Self::Payload,
+        off: u64,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessFault>;
+    /// Appends `n` bytes of tagged buffer `stag` at `to` to `out` (a Read's source).
+    fn read_source(
+        &mut self,
+        stag: u32,
+        to: u64,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessFault>;
+    /// Carries out a queue 1 request (other than a Read) and returns its response.
+    fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail>;
+    /// Hands a request that waits on the medium to a worker; it answers through
+    /// [`Sender::media_done`] with the ticket returned.
+    fn defer(&mut self, req: Inbound) -> u64;
+    fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessFault>;
+    /// Work request `idx` is finished (completions are reported in send queue
+    /// order by the driver).
+    fn completed(&mut self, idx: u32, c: Completion);
+}
+
+/// Whether carrying out `req` touches the medium.
+fn needs_media(req: &Inbound) -> bool {
+    match req {
+        Inbound::Flush { flags, len, .. } => *len > 0 && flags & commit::FLUSH_PERSISTENCE != 0,
+        Inbound::Verify { .. } => true,
+        _ => false,
+    }
+}
+
+/// A Flush to persistence or a Verify waits on the disk: a worker carries it
+/// out, later queue 1 requests wait their turn, this side's own work goes on.
+#[derive(Debug)]
+enum Media {
+    Idle,
+    Busy(u64),
+    Done(Result<(rdmap::Opcode, Vec<u8>), Fail>),
+}
+
+#[derive(Debug)]
+enum Job<L, P> {
+    Sq(Wr<L, P>),
+    Inbound(Inbound),
+    /// The response to a request the worker carried out.
+    Respond(rdmap::Opcode, Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Cur<L, P> {
+    job: Job<L, P>,
+    sent: u64,
+}
+
+/// How a stream was set up, for its transmit side.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    pub crc: bool,
+    /// Largest DDP payload in one FPDU.
+    pub mulpdu: usize,
+    /// Responder: nothing goes out before the peer's first FPDU (RFC 6581).
+    pub gate: bool,
+    /// Initiator: send the zero-length Write ready-to-receive first.
+    pub rtr: bool,
+    /// The peer's IRD; ORD never exceeds it (RFC 6581 section 7).
+    pub peer_ird: u32,
+    /// This side's ORD, at most `peer_ird`.
+    pub ord: u32,
+    /// This side's IRD.
+    pub ird: u32,
+}
+
+#[derive(Debug)]
+pub struct Sender<L, P> {
+    crc: bool,
+    mulpdu: usize,
+    /// Nothing but a Terminate or ready-to-receive may go out.
+    pub gate: bool,
+    rtr: bool,
+    /// A Terminate body to send ahead of everything else.
+    term: Option<Vec<u8>>,
+    /// Next MSN for each outbound untagged queue (QN 0 to 3); the first is 1 (RFC 5041 5.1).
+    msn: [u32; 4],
+    pub peer_ird: u32,
+    pub ord_max: u32,
+    pub ird_max: u32,
+    /// Requests sent on queue 1 and not yet answered, oldest first (at most ORD).
+    pub orq: VecDeque<Outstanding<L>>,
+    /// Requests received on queue 1 and not yet answered (at most IRD).
+    pub irq: VecDeque<Inbound>,
+    /// Request Identifier of the next Atomic Request (RFC 7306 section 5.2.1).
+    next_request_id: u32,
+    media: Media,
+    cur: Option<Cur<L, P>>,
+    buf: Vec<u8>,
+    off: usize,
+    /// Stream positions: bytes framed, bytes taken by the stream.
+    framed: u64,
+    written: u64,
+    /// Work requests that are done once the stream has taken this many bytes.
+    done_at: VecDeque<(u32, u64)>,
+    /// Bytes went out since the last trim pass.
+    active: bool,
+}
+
+impl<L: Clone, P> Default for Sender<L, P> {
+    fn default() -> Self {
+        Sender::new(Params {
+            crc: false,
+            mulpdu: 16384,
+            gate: false,
+            rtr: false,
+            peer_ird: 1,
+            ord: 1,
+            ird: 1,
+        })
+    }
+}
+
+impl<L: Clone, P> Sender<L, P> {
+    pub fn new(p: Params) -> Self {
+        Sender {
+            crc: p.crc,
+            mulpdu: p.mulpdu.clamp(1, mpa::MAX_ULPDU - ddp::UNTAGGED_HDR_LEN),
+            gate: p.gate,
+            rtr: p.rtr,
+            term: None,
+            msn: [1; 4],
+            peer_ird: p.peer_ird.max(1),
+            ord_max: p.ord.max(1).min(p.peer_ird.max(1)),
+            ird_max: p.ird.max(1),
+            orq: VecDeque::new(),
+            irq: VecDeque::new(),
+            next_request_id: 1,
+            media: Media::Idle,
+            cur: None,
+            buf: Vec::new(),
+            off: 0,
+            framed: 0,
+            written: 0,
+            done_at: VecDeque::new(),
+            active: false,
+        }
+    }
+
+    /// A stream is up: its parameters, with the queues as they are.
+    pub fn establish(&mut self, p: Params) {
+        self.crc = p.crc;
+        self.mulpdu = p.mulpdu.clamp(1, mpa::MAX_ULPDU - ddp::UNTAGGED_HDR_LEN);
+        self.gate = p.gate;
+        self.rtr = p.rtr;
+        self.peer_ird = p.peer_ird.max(1);
+        self.ord_max = p.ord.max(1).min(self.peer_ird);
+        self.ird_max = p.ird.max(1);
+    }
+
+    /// `n` more bytes of the oldest request (a Read) arrived: the total so
+    /// far, or None if it is not a Read (or gone).
+    pub fn read_arrived(&mut self, n: u64) -> Option<u64> {
+        match self.orq.front_mut() {
+            Some(Outstanding::Read(r)) => {
+                r.received += n;
+                Some(r.received)
+            }
+            _ => None,
+        }
+    }
+
+    /// The oldest request is answered: its send queue index.
+    pub fn answer_oldest(&mut self) -> Option<u32> {
+        self.orq.pop_front().map(|o| o.sq_idx())
+    }
+
+    /// Queues a request from the peer behind the earlier ones; false if IRD
+    /// of them wait already (RFC 6581: the peer has no buffer for it).
+    pub fn queue_request(&mut self, req: Inbound) -> bool {
+        if self.irq.len() as u32 >= self.ird_max {
+            return false;
+        }
+        self.irq.push_back(req);
+        true
+    }
+
+    /// Sets ORD (modify_qp's `max_rd_atomic`), within the peer's IRD.
+    pub fn set_ord(&mut self, ord: u32) {
+        self.ord_max = self.peer_ird.min(ord.max(1));
+    }
+
+    /// Sends `body` as a Terminate ahead of everything else; nothing follows it.
+    pub fn terminate(&mut self, body: Vec<u8>) {
+        self.term = Some(body);
+    }
+
+    /// Bytes framed and not yet taken by the stream.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.off..]
+    }
+
+    pub fn has_pending(&self) -> bool {
+        self.off < self.buf.len()
+    }
+
+    /// The stream took `n` more bytes.
+    pub fn advance(&mut self, n: usize) {
+        self.off += n;
+        self.written += n as u64;
+        self.active = true;
+        if self.off == self.buf.len() {
+            self.buf.clear();
+            self.off = 0;
+        }
+    }
+
+    /// Reports the work requests whose last byte the stream has taken.
+    pub fn complete_written<H: SendHost>(&mut self, host: &mut H) {
+        while let Some(&(idx, pos)) = self.done_at.front() {
+            if pos > self.written {
+                break;
+            }
+            self.done_at.pop_front();
+            host.completed(idx, Completion::Success);
+        }
+    }
+
+    /// The stream is gone (the QP failed): everything in flight is dropped.
+    pub fn abort(&mut self) {
+        self.buf.clear();
+        self.off = 0;
+        self.cur = None;
+        self.done_at.clear();
+        self.orq.clear();
+        self.irq.clear();
+        self.media = Media::Idle;
+        self.term = None;
+    }
+
+    /// Frees the buffer of a QP that sent nothing since the last pass; true
+    /// while it still holds a large one.
+    pub fn trim(&mut self) -> bool {
+        let idle = !std::mem::replace(&mut self.active, false);
+        if idle && self.off == self.buf.len() && self.buf.capacity() > TRIM_KEEP {
+            self.buf = Vec::new();
+            self.off = 0;
+        }
+        self.buf.capacity() > TRIM_KEEP
+    }
+
+    /// The worker finished `ticket`; false if the QP gave up on it meanwhile.
+    pub fn media_done(&mut self, ticket: u64, r: Result<(rdmap::Opcode, Vec<u8>), Fail>) -> bool {
+        if !matches!(self.media, Media::Busy(t) if t == ticket) {
+            return false;
+        }
+        self.media = Media::Done(r);
+        true
+    }
+
+    /// Frames FPDUs until [`BATCH`] bytes are waiting; false if there was
+    /// nothing to frame.
+    pub fn frame_more<H>(&mut self, host: &mut H) -> Result<bool, Fail>
+    where
+        H: SendHost<Local = L, Payload = P>,
+    {
+        let before = self.buf.len();
+        while self.buf.len() < BATCH {
+            if self.rtr {
+                // Ready-to-receive: a zero-length RDMA Write (RFC 6581 section 6).
+                self.rtr = false;
+                let hdr = tagged(rdmap::Opcode::Write, 0, 0, true);
+                self.push_fpdu(&hdr, &[], |_| Ok(()), 0)?;
+                continue;
+            }
+            if let Some(body) = self.term.take() {
+                let msn = self.take_msn(ddp::QN_TERMINATE);
+                let hdr = untagged(rdmap::Opcode::Terminate, 0, ddp::QN_TERMINATE, msn, 0, true);
+                self.push_fpdu(&hdr, &body, |_| Ok(()), 0)?;
+                // Nothing follows a Terminate (RFC 5040 section 7.1).
+                self.gate = true;
+                continue;
+            }
+            if self.gate {
+                break;
+            }
+            if self.cur.is_none() {
+                self.cur = self.next_job(host)?;
+            }
+            let Some(mut cur) = self.cur.take() else {
+                break;
+            };
+            if !self.frame_job(host, &mut cur)? {
+                self.cur = Some(cur);
+            }
+        }
+        Ok(self.buf.len() > before)
+    }
+
+    fn next_job<H>(&mut self, host: &mut H) -> Result<Option<Cur<L, P>>, Fail>
+    where
+        H: SendHost<Local = L, Payload = P>,
+    {
+        match std::mem::replace(&mut self.media, Media::Idle) {
+            Media::Done(Ok((op, body))) => {
+                return Ok(Some(Cur {
+                    job: Job::Respond(op, body),
+                    sent: 0,
+                }))
+            }
+            Media::Done(Err(f)) => return Err(f),
+            Media::Busy(t) => self.media = Media::Busy(t),
+            Media::Idle => {
+                if let Some(r) = self.irq.pop_front() {
+                    if !needs_media(&r) {
+                        return Ok(Some(Cur {
+                            job: Job::Inbound(r),
+                            sent: 0,
+                        }));
+                    }
+                    self.media = Media::Busy(host.defer(r));
+                }
+            }
+        }
+        let (outstanding, ord) = (self.orq.len() as u32, self.ord_max);
+        // A fenced request waits for every Read before it; a queue 1 request for
+        // room in ORD.
+        let admit = |c: WrClass| {
+            let fenced = c.fence && outstanding > 0;
+            let full = c.queue1 && outstanding >= ord;
+            !fenced && !full
+        };
+        let Some(wr) = host.next_wr(admit) else {
+            return Ok(None);
+        };
+        // Local protection is checked before the first byte goes out; a Read's
+        // data, an atomic's original and a hash land in the local buffers.
+        let need = match wr.op {
+            WrOp::Read { .. } | WrOp::Atomic { .. } | WrOp::Verify { .. } => access::LOCAL_WRITE,
+            _ => 0,
+        };
+        if host.check_payload(&wr.payload, need).is_err() {
+            return Err(Fail::local(
+                Status::LocalProtection,
+                "send WQE with a bad lkey",
+            ));
+        }
+        Ok(Some(Cur {
+            job: Job::Sq(wr),
+            sent: 0,
+        }))
+    }
+
+    /// Frames as much of `cur` as the batch allows; true once its last FPDU is framed.
+    fn frame_job<H>(&mut self, host: &mut H, cur: &mut Cur<L, P>) -> Result<bool, Fail>
+    where
+        H: SendHost<Local = L, Payload = P>,
+    {
+        match &cur.job {
+            Job::Inbound(Inbound::Read(r)) => {
+                let r = *r;
+                loop {
+                    let n = (r.len as u64 - cur.sent).min(self.mulpdu as u64) as usize;
+                    let last = cur.sent + n as u64 == r.len as u64;
+                    let to = r.sink_to.wrapping_add(cur.sent);
+                    let hdr = tagged(rdmap::Opcode::ReadResponse, r.sink_stag, to, last);
+                    let src = r.src_to.wrapping_add(cur.sent);
+                    self.push_fpdu(
+                        &hdr,
+                        &[],
+                        |buf| {
+                            host.read_source(r.src_stag, src, n, buf).map_err(|_| {
+                                Fail::local(
+                                    Status::Flushed,
+                                    "read source deregistered while answering",
+                                )
+                            })
+                        },
+                        n,
+                    )?;
+                    cur.sent += n as u64;
+                    if last {
+                        return Ok(true);
+                    }
+                    if self.buf.len() >= BATCH {
+                        return Ok(false);
+                    }
+                }
+            }
+            Job::Inbound(req) => {
+                let (op, body) = host.execute(req)?;
+                self.respond(op, &body)?;
+                Ok(true)
+            }
+            Job::Respond(op, body) => {
+                self.respond(*op, body)?;
+                Ok(true)
+            }
+            Job::Sq(wr) => match &wr.op {
+                WrOp::Send { .. } | WrOp::Write { .. } => self.frame_data(host, cur),
+                WrOp::LocalInvalidate { stag } => {
+                    match host.invalidate_local(*stag) {
+                        Ok(()) => self.done_at.push_back((wr.idx, self.framed)),
+                        Err(_) => host.completed(wr.idx, Completion::Error(Status::MemoryBind)),
+                    }
+                    Ok(true)
+                }
+                WrOp::Invalid(why) => Err(Fail::local(Status::LocalQpOperation, why)),
+                _ => {
+                    self.frame_request(wr.idx, wr.op.clone(), wr.length)?;
+                    Ok(true)
+                }
+            },
+        }
+    }
+
+    /// Send family and RDMA Write: segments of at most `mulpdu` payload bytes.
+    fn frame_data<H>(&mut self, host: &mut H, cur: &mut Cur<L, P>) -> Result<bool, Fail>
+    where
+        H: SendHost<Local = L, Payload = P>,
+    {
+        let Job::Sq(wr) = &cur.job else {
+            unreachable!()
+        };
+        let total = wr.length as u64;
+        let (send, stag, to, imm, solicited, inv) = match wr.op {
+            WrOp::Send {
+                solicited,
+                invalidate,
+                imm,
+            } => (true, 0, 0, imm, solicited, invalidate),
+            WrOp::Write {
+                stag,
+                to,
+                imm,
+                solicited,
+            } => (false, stag, to, imm, solicited, None),
+            _ => unreachable!("frame_data takes Sends and Writes"),
+        };
+        let send_op = match (inv.is_some(), solicited) {
+            (true, false) => rdmap::Opcode::SendInvalidate,
+            (true, true) => rdmap::Opcode::SendSolicitedInvalidate,
+            (false, false) => rdmap::Opcode::Send,
+            (false, true) => rdmap::Opcode::SendSolicited,
+        };
+        if send && cur.sent == 0 {
+            if let Some(imm) = imm {
+                // Send with Immediate: Immediate Data, then the Send it belongs
+                // to, in one run of the stream (xiw's receiver gives both one
+                // receive; a plain RFC 7306 receiver completes them as two
+                // messages, in order).
+                self.push_immediate(imm, false)?;
+            }
+        }
+        let msn = if send && cur.sent == 0 {
+            self.take_msn(ddp::QN_SEND)
+        } else {
+            self.msn[0].wrapping_sub(1)
+        };
+        loop {
+            let n = (total - cur.sent).min(self.mulpdu as u64) as usize;
+            let last = cur.sent + n as u64 == total;
+            let hdr = if send {
+                untagged(
+                    send_op,
+                    inv.unwrap_or(0),
+                    ddp::QN_SEND,
+                    msn,
+                    cur.sent as u32,
+                    last,
+                )
+            } else {
+                tagged(rdmap::Opcode::Write, stag, to.wrapping_add(cur.sent), last)
+            };
+            let off = cur.sent;
+            let payload = &wr.payload;
+            self.push_fpdu(
+                &hdr,
+                &[],
+                |buf| {
+                    host.gather(payload, off, n, buf).map_err(|_| {
+                        Fail::local(
+                            Status::LocalProtection,
+                            "send buffer deregistered while in flight",
+                        )
+                    })
+                },
+                n,
+            )?;
+            cur.sent += n as u64;
+            if last {
+                if let (false, Some(imm)) = (send, imm) {
+                    // RDMA Write with Immediate: the Write, then Immediate Data (RFC 7306 section 6).
+                    self.push_immediate(imm, solicited)?;
+                }
+                self.done_at.push_back((wr.idx, self.framed));
+                return Ok(true);
+            }
+            if self.buf.len() >= BATCH {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// One Immediate Data message: the 32-bit immediate of the verbs in the low
+    /// half of RFC 7306's 64 bits.
+    fn push_immediate(&mut self, imm: u32, solicited: bool) -> Result<(), Fail> {
+        let mut body = [0u8; atomic::IMMEDIATE_LEN];
+        body[4..].copy_from_slice(&imm.to_ne_bytes());
+        let op = if solicited {
+            rdmap::Opcode::ImmediateDataSolicited
+        } else {
+            rdmap::Opcode::ImmediateData
+        };
+        let msn = self.take_msn(ddp::QN_SEND);
+        let hdr = untagged(op, 0, ddp::QN_SEND, msn, 0, true);
+        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
+    }
+
+    /// A Read, Atomic, Flush, Verify or Atomic Write Request on queue 1.
+    fn frame_request(&mut self, idx: u32, op: WrOp<L>, length: u32) -> Result<(), Fail> {
+        let (opcode, body, pending): (_, Vec<u8>, _) = match op {
+            WrOp::Read {
+                stag,
+                to,
+                sink_stag,
+                sink_to,
+                sink,
+            } => {
+                let req = rdmap::ReadRequestRepr {
+                    sink_stag,
+                    sink_to,
+                    size: length,
+                    src_stag: stag,
+                    src_to: to,
+                };
+                let mut b = vec![0u8; rdmap::READ_REQUEST_LEN];
+                req.emit(&mut rdmap::ReadRequestPacket::new_unchecked(&mut b[..]));
+                let pending = Outstanding::Read(PendingRead {
+                    sq_idx: idx,
+                    sink_stag,
+                    sink_to,
+                    sink,
+                    length: length as u64,
+                    received: 0,
+                });
+                (rdmap::Opcode::ReadRequest, b, pending)
+            }
+            WrOp::Flush {
+                stag,
+                to,
+                len,
+                flags,
+            } => {
+                let req = commit::FlushRequestRepr {
+                    stag,
+                    length: len,
+                    to,
+                    flags: flags & commit::FLUSH_KNOWN_FLAGS,
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut commit::FlushRequestPacket::new_unchecked(&mut b[..]));
+                (
+                    rdmap::Opcode::FlushRequest,
+                    b,
+                    Outstanding::Flush { sq_idx: idx },
+                )
+            }
+            WrOp::Verify {
+                stag,
+                to,
+                len,
+                hash,
+                hash_len,
+                result,
+            } => {
+                let req = commit::VerifyRequestRepr {
+                    stag,
+                    length: len,
+                    to,
+                    hash: &hash[..(hash_len as usize).min(VERIFY_MAX_HASH)],
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut commit::VerifyRequestPacket::new_unchecked(&mut b[..]));
+                (
+                    rdmap::Opcode::VerifyRequest,
+                    b,
+                    Outstanding::Verify {
+                        sq_idx: idx,
+                        result,
+                    },
+                )
+            }
+            WrOp::AtomicWrite { stag, to, value } => {
+                let req = commit::AtomicWriteRequestRepr {
+                    stag,
+                    length: commit::ATOMIC_WRITE_DATA_LEN,
+                    to,
+                    data: value.to_be_bytes(),
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut commit::AtomicWriteRequestPacket::new_unchecked(
+                    &mut b[..],
+                ));
+                (
+                    rdmap::Opcode::AtomicWriteRequest,
+                    b,
+                    Outstanding::AtomicWrite { sq_idx: idx },
+                )
+            }
+            WrOp::Atomic {
+                op: aop,
+                stag,
+                to,
+                result,
+            } => {
+                let id = self.next_request_id;
+                self.next_request_id = id.wrapping_add(1);
+                use atomic::AtomicRequestRepr as A;
+                let req = match aop {
+                    AtomicOp::FetchAdd { add } => A::fetch_add(id, stag, to, add),
+                    AtomicOp::MaskedFetchAdd { add, mask } => {
+                        A::masked_fetch_add(id, stag, to, add, mask)
+                    }
+                    AtomicOp::CmpSwap { compare, swap } => A::cmp_swap(id, stag, to, compare, swap),
+                    AtomicOp::MaskedCmpSwap {
+                        compare,
+                        compare_mask,
+                        swap,
+                        swap_mask,
+                    } => A::masked_cmp_swap(id, stag, to, compare, compare_mask, swap, swap_mask),
+                    // Swap: a CmpSwap whose compare mask selects nothing.
+                    AtomicOp::Swap { swap } => {
+                        A::masked_cmp_swap(id, stag, to, 0, 0, swap, atomic::NO_MASK)
+                    }
+                };
+                let mut b = vec![0u8; req.buffer_len()];
+                req.emit(&mut atomic::RequestPacket::new_unchecked(&mut b[..]));
+                (
+                    rdmap::Opcode::AtomicRequest,
+                    b,
+                    Outstanding::Atomic {
+                        sq_idx: idx,
+                        request_id: id,
+                        result,
+                    },
+                )
+            }
+            _ => unreachable!("frame_request takes queue 1 requests"),
+        };
+        self.orq.push_back(pending);
+        let msn = self.take_msn(ddp::QN_READ_REQUEST);
+        let hdr = untagged(opcode, 0, ddp::QN_READ_REQUEST, msn, 0, true);
+        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
+    }
+
+    /// Frames the response to a queue 1 request on queue 3.
+    fn respond(&mut self, opcode: rdmap::Opcode, body: &[u8]) -> Result<(), Fail> {
+        let msn = self.take_msn(ddp::QN_ATOMIC_RESPONSE);
+        let hdr = untagged(opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
+        self.push_fpdu(&hdr, body, |_| Ok(()), 0)
+    }
+
+    fn take_msn(&mut self, qn: u32) -> u32 {
+        let m = self.msn[qn as usize];
+        self.msn[qn as usize] = m.wrapping_add(1);
+        m
+    }
+
+    /// Appends one FPDU: length, DDP/RDMAP header, `extra` header bytes,
+    /// `payload_len` bytes produced by `payload`, pad and CRC (RFC 5044 section 4.1).
+    fn push_fpdu(
+        &mut self,
+        hdr: &ddp::HeaderRepr,
+        extra: &[u8],
+        payload: impl FnOnce(&mut Vec<u8>) -> Result<(), Fail>,
+        payload_len: usize,
+    ) -> Result<(), Fail> {
+        let start = self.buf.len();
+        let hlen = hdr.buffer_len();
+        let ulpdu = hlen + extra.len() + payload_len;
+        self.buf.extend_from_slice(&(ulpdu as u16).to_be_bytes());
+        self.buf.resize(start + 2 + hlen, 0);
+        hdr.emit(&mut self.buf[start + 2..]);
+        self.buf.extend_from_slice(extra);
+        if let Err(e) = payload(&mut self.buf) {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        if self.buf.len() != start + 2 + ulpdu {
+            // The driver gathered another length than asked: never frame it.
+            self.buf.truncate(start);
+            return Err(Fail::local(
+                Status::LocalProtection,
+                "payload of the wrong length",
+            ));
+        }
+        let pad = mpa::pad_len(ulpdu);
+        self.buf.resize(self.buf.len() + pad, 0);
+        let trailer = if self.crc {
+            let mut c = mpa::Crc::new();
+            c.update(&self.buf[start..]);
+            c.finish()
+        } else {
+            [0; 4]
+        };
+        self.buf.extend_from_slice(&trailer);
+        self.framed += (self.buf.len() - start) as u64;
+        Ok(())
+    }
+}
+
+fn ctrl(op: rdmap::Opcode) -> u8 {
+    rdmap::Ctrl {
+        version: rdmap::RDMAP_VERSION,
+        opcode: op as u8,
+    }
+    .to_byte()
+}
+
+fn tagged(op: rdmap::Opcode, stag: u32, to: u64, last: bool) -> ddp::HeaderRepr {
+    ddp::HeaderRepr {
+        last,
+        version: ddp::DDP_VERSION,
+        rdmap_ctrl: ctrl(op),
+        kind: ddp::Kind::Tagged { stag, to },
+    }
+}
+
+fn untagged(
+    op: rdmap::Opcode,
+    ulp_word: u32,
+    qn: u32,
+    msn: u32,
+    mo: u32,
+    last: bool,
+) -> ddp::HeaderRepr {
+    ddp::HeaderRepr {
+        last,
+        version: ddp::DDP_VERSION,
+        rdmap_ctrl: ctrl(op),
+        kind: ddp::Kind::Untagged {
+            ulp_word,
+            qn,
+            msn,
+            mo,
+        },
+    }
+}
