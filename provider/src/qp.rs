@@ -593,9 +593,14 @@ impl Drop for Qp {
 
 /// The payload of a send WQE as posted.
 pub enum SendBody {
-    Sges(Vec<Sge>),
-    Inline(Vec<u8>),
+    Sges(SgeList),
+    Inline(InlineBytes),
 }
+
+/// A work request's SGEs: a few without a heap allocation.
+pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
+/// Inline payload, copied at post time (at most `MAX_INLINE` bytes).
+pub type InlineBytes = smallvec::SmallVec<[u8; 64]>;
 
 /// See [`Qp::lock_tx`].
 pub struct TxGuard<'a> {

@@ -14,7 +14,7 @@ use xiw_abi::verbs::*;
 use xiw_engine::send::{self, AtomicOp, Completion, Sender, Wr, WrClass, WrOp};
 
 use crate::mem::{self, AccessError, NEED_NONE};
-use crate::qp::Qp;
+use crate::qp::{Qp, SgeList};
 use crate::rx::Fail;
 use crate::wire::{atomic, commit, rdmap};
 
@@ -32,11 +32,12 @@ enum Slot {
     DoneLen(u32, u32),
 }
 
-/// Where a work request's payload comes from.
+/// Where a work request's payload comes from: its SGEs, or its inline bytes
+/// in its send queue slot (which stays put until the request completes).
 #[derive(Debug)]
 pub enum Body {
-    Sges(Arc<[Sge]>),
-    Inline(Vec<u8>),
+    Sges(SgeList),
+    Inline { idx: u32, len: u32 },
 }
 
 pub struct Tx {
@@ -251,17 +252,10 @@ impl send::SendHost for SqHost<'_> {
             return None;
         }
         let payload = if wqe.flags & wqe_flag::INLINE != 0 {
-            let mut v = vec![0u8; wqe.length as usize];
-            // SAFETY: the inline bytes were copied into this slot at post time and
-            // `length` was bounded by max_inline, which sized the stride.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    qp.sq.slot(idx).add(size_of::<SendWqe>()),
-                    v.as_mut_ptr(),
-                    v.len(),
-                )
-            };
-            Body::Inline(v)
+            Body::Inline {
+                idx,
+                len: wqe.length,
+            }
         } else {
             let n = (wqe.num_sge as usize).min(crate::qp::MAX_SGE as usize);
             // SAFETY: as above; `num_sge` was bounded by max_send_sge at post time.
@@ -300,11 +294,23 @@ impl send::SendHost for SqHost<'_> {
         out: &mut Vec<u8>,
     ) -> Result<(), AccessError> {
         match p {
-            Body::Inline(v) => {
-                let v = v
-                    .get(off as usize..off as usize + n)
-                    .ok_or(AccessError::Bounds)?;
-                out.extend_from_slice(v);
+            &Body::Inline { idx, len } => {
+                if off + n as u64 > len as u64 {
+                    return Err(AccessError::Bounds);
+                }
+                // SAFETY: the slot holds `len` inline bytes, copied there at post
+                // time (bounded by max_inline, which sized the stride); it is not
+                // released before this request completes, which is after framing.
+                let inline = unsafe {
+                    std::slice::from_raw_parts(
+                        self.qp
+                            .sq
+                            .slot(idx)
+                            .add(size_of::<SendWqe>() + off as usize),
+                        n,
+                    )
+                };
+                out.extend_from_slice(inline);
                 Ok(())
             }
             Body::Sges(sges) => {
@@ -393,8 +399,8 @@ fn wr_op(wqe: &SendWqe, payload: &Body) -> WrOp<Arc<[Sge]>> {
         (op::LOCAL_INV, _) => WrOp::LocalInvalidate {
             stag: wqe.imm_or_inv,
         },
-        (o, Body::Sges(local)) if queue1_request(o) => queue1_op(wqe, local.clone()),
-        (o, Body::Inline(_)) if queue1_request(o) => WrOp::Invalid("inline queue 1 request"),
+        (o, Body::Sges(local)) if queue1_request(o) => queue1_op(wqe, local.as_slice().into()),
+        (o, Body::Inline { .. }) if queue1_request(o) => WrOp::Invalid("inline queue 1 request"),
         _ => WrOp::Invalid("unsupported opcode on the send queue"),
     }
 }

@@ -21,7 +21,7 @@ use crate::cq::Cq;
 use crate::devinfo;
 use crate::mem;
 use crate::mem::NEED_NONE;
-use crate::qp::{Caps, Qp, RecvJob, SendBody};
+use crate::qp::{Caps, InlineBytes, Qp, RecvJob, SendBody, SgeList};
 use crate::srq::Srq;
 
 pub const MAX_CQE: u32 = 1 << 20;

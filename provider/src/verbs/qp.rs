@@ -439,7 +439,7 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
                         .map_err(|_| libc::EINVAL)?;
                 }
                 wqe.operand0 = u64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
-                return finish_wqe(q, wqe, w.send_flags & !IBV_SEND_INLINE, Vec::new());
+                return finish_wqe(q, wqe, w.send_flags & !IBV_SEND_INLINE, SgeList::new());
             }
             _ => return Err(libc::EINVAL),
         }
@@ -463,7 +463,7 @@ pub(super) fn finish_wqe(
     q: &Qp,
     mut wqe: SendWqe,
     flags: u32,
-    sges: Vec<Sge>,
+    sges: SgeList,
 ) -> Result<(SendWqe, SendBody), i32> {
     let total: u64 = sges.iter().map(|s| s.length as u64).sum();
     if total > MAX_MSG_SZ as u64 {
@@ -503,7 +503,7 @@ pub(super) fn finish_wqe(
         if total > q.caps.max_inline as u64 {
             return Err(libc::EINVAL);
         }
-        let mut bytes = Vec::with_capacity(total as usize);
+        let mut bytes = InlineBytes::with_capacity(total as usize);
         for s in &sges {
             // SAFETY: inline data is read from the caller's buffers now, as the
             // verbs contract says; no lkey applies.

@@ -40,7 +40,7 @@ impl Batch {
             self.err = libc::EINVAL;
             return;
         }
-        match finish_wqe(q, wqe, flags, sges) {
+        match finish_wqe(q, wqe, flags, SgeList::from_vec(sges)) {
             Ok(item) => self.items.push(item),
             Err(e) => self.err = e,
         }
