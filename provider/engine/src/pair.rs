@@ -11,7 +11,9 @@ use crate::fault::{Fail, Status};
 use crate::queue1::{Inbound, Outstanding};
 use crate::recv::{self, Host, Receiver, RecvCompletion};
 use crate::send::{self, Completion, Sender};
+use crate::setup;
 use crate::sim::{RecvOutcome, Sges, Sim, SimRecv};
+use crate::wire::mpa::Rtr;
 
 /// One side of the pair.
 #[derive(Debug)]
@@ -286,6 +288,63 @@ impl Pair {
             Endpoint::new(a, rp(false), sp(false, true)),
             Endpoint::new(b, rp(true), sp(true, false)),
         )
+    }
+
+    /// Two sides that first run the MPA exchange (RFC 5044 section 7, RFC
+    /// 6581) in memory, side 0 as initiator, and then start their engines
+    /// from what was agreed: the seam a driver with its own exchange (or a
+    /// stream negotiated elsewhere) uses. The ready-to-receive message the
+    /// engines exchange is the zero-length Write, or none.
+    pub fn negotiate(
+        a: Sim,
+        b: Sim,
+        ia: &setup::Local,
+        rb: &setup::Local,
+        mulpdu: usize,
+    ) -> Result<(Pair, setup::Agreed, setup::Agreed), setup::SetupError> {
+        let (mut init, request) = setup::Initiator::new(ia.clone())?;
+        let mut reader = setup::FrameReader::default();
+        let (_, frame) = reader.feed(&request)?;
+        let req = setup::Request::parse(&frame.ok_or(setup::SetupError::WrongKind("Request"))?)?;
+        let (reply, responder) = match setup::accept(&req, rb) {
+            Ok(v) => v,
+            Err(e) => {
+                // The initiator hears the reject.
+                init.handle(&setup::reject(req.revision, &[]))?;
+                return Err(e);
+            }
+        };
+        let (_, initiator) = init.handle(&reply)?;
+        let initiator = initiator.ok_or(setup::SetupError::WrongKind("Reply"))?;
+        let side = |ag: &setup::Agreed, responder: bool| {
+            let rtr = ag.rtr != Rtr::None;
+            Endpoint::new(
+                Sim::new(0, 0),
+                recv::Params {
+                    crc: ag.crc,
+                    expect_rtr: responder && rtr,
+                    access: u32::MAX,
+                    extensions: true,
+                    merge_imm: true,
+                },
+                send::Params {
+                    crc: ag.crc,
+                    mulpdu,
+                    gate: responder && rtr,
+                    rtr: !responder && ag.rtr == Rtr::ZeroLengthWrite,
+                    peer_ird: u32::from(ag.peer_ird),
+                    ord: u32::from(ag.ord),
+                    ird: u32::from(ag.ird),
+                },
+            )
+        };
+        if matches!(initiator.rtr, Rtr::ZeroLengthRead | Rtr::ZeroLengthSend) {
+            return Err(setup::SetupError::NoRtr);
+        }
+        let (mut ea, mut eb) = (side(&initiator, false), side(&responder, true));
+        ea.mem = a;
+        eb.mem = b;
+        Ok((Pair::new(ea, eb), initiator, responder))
     }
 
     /// Lets the held media results of side `i` through.

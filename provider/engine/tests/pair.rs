@@ -383,3 +383,110 @@ fn a_fault_at_every_byte_offset_fails_cleanly() {
     eprintln!("{runs} faulted runs");
     assert!(runs > 1000, "{runs} runs");
 }
+
+mod negotiated {
+    use super::*;
+    use proptest::prelude::*;
+    use xiw_engine::setup::Local;
+    use xiw_engine::wire::mpa::RtrSet;
+
+    const WRITE_RTR: RtrSet = RtrSet {
+        send: false,
+        write: true,
+        read: false,
+    };
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The MPA exchange decides CRC and IRD/ORD; the engines then honour
+        /// it: CRC whenever either side asked, never more Reads in flight than
+        /// the initiator's ORD or the responder's IRD, every Read answered.
+        #[test]
+        fn engines_keep_what_the_exchange_agreed(
+            icrc in any::<bool>(), rcrc in any::<bool>(),
+            iird in 1u16..6, iord in 1u16..6, rird in 1u16..6, rord in 1u16..6,
+            reads in 1usize..12,
+        ) {
+            let (mut a, b) = (side(1), side(2));
+            for i in 0..reads as u64 {
+                let to = 0x2_0000 + i * 64;
+                a.post(
+                    WrOp::Read { stag: RO, to: 0x3_0000 + i * 64, sink_stag: DST, sink_to: to, sink: vec![(DST, to, 64)] },
+                    vec![(DST, to, 64)],
+                    false,
+                );
+            }
+            let local = |crc, ird, ord| Local { crc, ird, ord, rtr: WRITE_RTR, data: Vec::new() };
+            let (mut p, ia, ra) = Pair::negotiate(a, b, &local(icrc, iird, iord), &local(rcrc, rird, rord), 512)
+                .expect("the exchange succeeds");
+            prop_assert_eq!(ia.crc, icrc || rcrc);
+            prop_assert_eq!(ra.crc, icrc || rcrc);
+            let ord = u32::from(iord.min(rird));
+            while p.step() {
+                prop_assert!(p.ends[0].tx.orq.len() as u32 <= ord);
+                prop_assert!(p.ends[1].tx.irq.len() as u32 <= u32::from(rird));
+            }
+            prop_assert!(p.ends[0].failed.is_none() && p.ends[1].failed.is_none());
+            prop_assert_eq!(p.ends[0].mem.sq_done.len(), reads);
+            for i in 0..reads as u64 {
+                let to = 0x2_0000 + i * 64;
+                prop_assert_eq!(p.ends[0].mem.bytes(DST, to, 64), p.ends[1].mem.bytes(RO, 0x3_0000 + i * 64, 64));
+            }
+            // CRC on the wire exactly when agreed: a stream checked with the
+            // other setting fails.
+            let first = p.sent(0);
+            let len = xiw_engine::wire::mpa::peek_fpdu_len(first).unwrap();
+            prop_assert!(xiw_engine::wire::mpa::check_fpdu(&first[..len], ia.crc).is_ok());
+            if ia.crc {
+                prop_assert!(xiw_engine::wire::mpa::check_fpdu(&first[..len], true).is_ok());
+                let trailer = &first[len - 4..len];
+                prop_assert!(trailer != [0, 0, 0, 0]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_exchange_starts_no_engine() {
+        let none = RtrSet {
+            send: false,
+            write: false,
+            read: false,
+        };
+        let read_only = RtrSet {
+            send: false,
+            write: false,
+            read: true,
+        };
+        let l = |rtr| Local {
+            crc: true,
+            ird: 4,
+            ord: 4,
+            rtr,
+            data: Vec::new(),
+        };
+        assert!(Pair::negotiate(side(1), side(2), &l(read_only), &l(WRITE_RTR), 512).is_err());
+        // Neither side wants a ready-to-receive message: the responder may
+        // send at once.
+        let (mut p, ia, _) = Pair::negotiate(side(1), side(2), &l(none), &l(none), 512).unwrap();
+        assert_eq!(ia.rtr, xiw_engine::wire::mpa::Rtr::None);
+        p.ends[1].mem.post(
+            WrOp::Send {
+                solicited: false,
+                invalidate: None,
+                imm: None,
+            },
+            vec![(SRC, 0x1_0000, 16)],
+            false,
+        );
+        p.ends[0].mem.recvs.push_back(SimRecv {
+            wr_id: 5,
+            sges: vec![(LOC, 0x4_0000, 16)],
+        });
+        p.run();
+        assert_eq!(p.ends[0].mem.completed.len(), 1);
+        assert!(
+            p.sent(0).is_empty(),
+            "the initiator sent no ready-to-receive"
+        );
+    }
+}
