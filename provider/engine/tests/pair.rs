@@ -490,3 +490,152 @@ mod negotiated {
         );
     }
 }
+
+/// The failing request completes first with its own status, then everything
+/// after it is flushed; the peer learns why from the Terminate (RFC 5040
+/// sections 5 and 7).
+#[test]
+fn a_refused_read_completes_first_with_its_own_status() {
+    let (mut a, mut b) = (side(1), side(2));
+    a.post(
+        WrOp::Send {
+            solicited: false,
+            invalidate: None,
+            imm: None,
+        },
+        vec![(SRC, 0x1_0000, 8)],
+        false,
+    );
+    // The source STag is not B's: a remote access error.
+    a.post(
+        WrOp::Read {
+            stag: 0x77,
+            to: 0,
+            sink_stag: DST,
+            sink_to: 0x2_0000,
+            sink: vec![(DST, 0x2_0000, 8)],
+        },
+        vec![(DST, 0x2_0000, 8)],
+        false,
+    );
+    for _ in 0..3 {
+        a.post(
+            WrOp::Write {
+                stag: DST,
+                to: 0x2_0000,
+                imm: None,
+                solicited: false,
+            },
+            vec![(SRC, 0x1_0000, 8)],
+            false,
+        );
+    }
+    a.recvs.push_back(SimRecv {
+        wr_id: 9,
+        sges: vec![(LOC, 0x4_0000, 8)],
+    });
+    b.recvs.push_back(SimRecv {
+        wr_id: 1,
+        sges: vec![(LOC, 0x4_0000, 8)],
+    });
+    b.recvs.push_back(SimRecv {
+        wr_id: 2,
+        sges: vec![(LOC, 0x4_0000, 8)],
+    });
+    let mut p = Pair::connected(a, b, true, 16384, 4, 4);
+    p.run();
+    let a = &p.ends[0];
+    assert_eq!(a.mem.sq_done[0], (0, Completion::Success));
+    assert_eq!(
+        a.mem.sq_done[1],
+        (1, Completion::Error(Status::RemoteAccess))
+    );
+    // The Writes behind the Read went out before the Terminate came back:
+    // they completed (an iWARP Write completes when the stream takes it).
+    assert!(a.mem.sq_done[2..]
+        .iter()
+        .all(|c| c.1 == Completion::Success));
+    assert_eq!(
+        a.mem.completed,
+        vec![(9, RecvOutcome::Failed(Status::Flushed))]
+    );
+    let b = &p.ends[1];
+    let f = b.failed.as_ref().expect("B refused the Read");
+    let t = xiw_engine::wire::terminate::TerminateRepr::parse_bytes(f.term.as_deref().unwrap())
+        .unwrap();
+    assert_eq!(
+        xiw_engine::wire::terminate::Cause::new(t.layer, t.etype, t.ecode),
+        xiw_engine::wire::terminate::Cause::RDMAP_PROT_INVALID_STAG
+    );
+    assert!(
+        t.hdrct_d && t.hdrct_r,
+        "a Read Request's headers are copied"
+    );
+    assert_eq!(
+        b.mem.completed[0],
+        (
+            1,
+            RecvOutcome::Done(xiw_engine::recv::RecvCompletion {
+                byte_len: 8,
+                ..Default::default()
+            })
+        )
+    );
+    assert_eq!(
+        b.mem.completed[1],
+        (2, RecvOutcome::Failed(Status::Flushed))
+    );
+}
+
+/// A local fault (a send buffer whose key is bad) fails the request with a
+/// local protection error and tells the peer with a Terminate that carries
+/// no headers (RFC 5040 section 7.1).
+#[test]
+fn a_bad_lkey_fails_locally_and_terminates_the_peer() {
+    let (mut a, mut b) = (side(1), side(2));
+    a.post(
+        WrOp::Send {
+            solicited: false,
+            invalidate: None,
+            imm: None,
+        },
+        vec![(0x99, 0, 8)],
+        false,
+    );
+    a.post(
+        WrOp::Send {
+            solicited: false,
+            invalidate: None,
+            imm: None,
+        },
+        vec![(SRC, 0x1_0000, 8)],
+        false,
+    );
+    b.recvs.push_back(SimRecv {
+        wr_id: 1,
+        sges: vec![(LOC, 0x4_0000, 8)],
+    });
+    let mut p = Pair::connected(a, b, true, 16384, 4, 4);
+    p.run();
+    assert_eq!(
+        p.ends[0].mem.sq_done,
+        vec![
+            (0, Completion::Error(Status::LocalProtection)),
+            (1, Completion::Error(Status::Flushed))
+        ]
+    );
+    let f = p.ends[1].failed.as_ref().expect("B heard the Terminate");
+    assert!(f.term.is_none(), "a Terminate is not answered with one");
+    assert_eq!(
+        p.ends[1].mem.completed,
+        vec![(1, RecvOutcome::Failed(Status::Flushed))]
+    );
+    let t = p.ends[0].failed.as_ref().unwrap();
+    let t = xiw_engine::wire::terminate::TerminateRepr::parse_bytes(t.term.as_deref().unwrap())
+        .unwrap();
+    assert_eq!(
+        xiw_engine::wire::terminate::Cause::new(t.layer, t.etype, t.ecode),
+        xiw_engine::wire::terminate::Cause::RDMAP_LOCAL_CATASTROPHIC
+    );
+    assert!(!t.hdrct_d && !t.hdrct_r);
+}
