@@ -3,7 +3,7 @@
 # bounded time and fails on any crash. cargo-fuzz needs nightly-only rustc
 # flags, which a stable toolchain accepts with RUSTC_BOOTSTRAP=1.
 #
-#   bash tests/fuzz.sh            # 15 s per target (what the test command runs)
+#   bash tests/fuzz.sh            # 10 s per target (what the test command runs)
 #   XIW_FUZZ_SECONDS=600 bash tests/fuzz.sh mpa_setup   # longer, one target
 #
 # The corpus grows in target/fuzz-corpus/<target> (seeded from
@@ -12,7 +12,7 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-seconds=${XIW_FUZZ_SECONDS:-15}
+seconds=${XIW_FUZZ_SECONDS:-10}
 export RUSTC_BOOTSTRAP=1
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
