@@ -37,6 +37,8 @@ mod instr;
 mod perftest;
 #[path = "../bench/qpmem.rs"]
 mod qpmem;
+#[path = "../bench/reactor.rs"]
+mod reactor;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -52,6 +54,7 @@ const USAGE: &str = "\
 usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--root DIR]
                  [--log-dir DIR]
        xiw-bench --instr [--root DIR]
+       xiw-bench --reactor
 
   --quick       one round of a fifth of the iterations and 0.3 s per log
                 append case (~25 s instead of 4-5 min; noisier)
@@ -66,6 +69,8 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
                 /var/tmp; a real file system: tmpfs cannot be flushed to)
   --instr       only the instructions per 2-byte message on each side of
                 ib_send_bw and ib_write_bw, counted by callgrind (valgrind)
+  --reactor     only the wake round trip of a waiting thread with raw epoll
+                and with the polling crate (the reactor choice)
 
 Other XIW_* variables in the environment reach the xiw processes unchanged.";
 
@@ -75,6 +80,7 @@ const PAIR_TIMEOUT: Duration = Duration::from_secs(120);
 struct Opts {
     quick: bool,
     instr: bool,
+    reactor: bool,
     spin_us: Option<u64>,
     no_crc: bool,
     repeat: usize,
@@ -87,6 +93,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         quick: false,
         instr: false,
+        reactor: false,
         spin_us: None,
         no_crc: false,
         repeat: 0,
@@ -102,6 +109,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         match a.as_str() {
             "--quick" => o.quick = true,
             "--instr" => o.instr = true,
+            "--reactor" => o.reactor = true,
             "--no-crc" => o.no_crc = true,
             "--spin-us" => o.spin_us = Some(num(val(a)?)?),
             "--repeat" => repeat = Some(num(val(a)?)?.max(1) as usize),
@@ -996,6 +1004,33 @@ fn bench(o: Opts) -> ExitCode {
     }
 }
 
+/// `--reactor`: the wake round trip with each reactor, rounds interleaved.
+fn reactor_bench() -> ExitCode {
+    use reactor::Reactor;
+    const N: usize = 20_000;
+    println!(
+        "## xiw-bench --reactor: wake round trip of a waiting thread [us], {N} wakes, 3 rounds\n"
+    );
+    println!("| wakes | raw epoll (xiw), median / p90 | polling crate, median / p90 |");
+    println!("|---|--:|--:|");
+    for (name, gap) in [("back to back", 0), ("30 us apart (the waiter sleeps)", 30)] {
+        let gap = Duration::from_micros(gap);
+        let mut cells = [Vec::new(), Vec::new()];
+        for _ in 0..3 {
+            for (i, r) in [Reactor::Epoll, Reactor::Polling].into_iter().enumerate() {
+                let (m, p) = reactor::measure(r, gap, N);
+                cells[i].push(format!("{m:.2} / {p:.2}"));
+            }
+        }
+        println!(
+            "| {name} | {} | {} |",
+            cells[0].join(", "),
+            cells[1].join(", ")
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 /// `--instr`: user-space instructions per 2-byte message on each side.
 fn instr_bench(o: &Opts) -> ExitCode {
     const ITERS: usize = 5_000;
@@ -1086,6 +1121,7 @@ fn main() -> ExitCode {
         }
         _ => match parse_opts(&args) {
             Ok(o) if o.instr => instr_bench(&o),
+            Ok(o) if o.reactor => reactor_bench(),
             Ok(o) => bench(o),
             Err(e) => {
                 if !e.is_empty() {
