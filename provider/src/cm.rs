@@ -521,7 +521,6 @@ impl Cm {
             // gate, which must not be closed again after it.
             let mut rx = qp.lock_rx();
             let mut t = qp.lock_tx();
-            rx.set_access(attrs.qp_access_flags);
             rx.establish(
                 fd,
                 recv::Params {

@@ -137,7 +137,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
         }
     }
     if mask & IBV_QP_ACCESS_FLAGS != 0 {
-        qp.lock_rx().set_access(attr.qp_access_flags);
+        qp.lock_rx().engine.set_access(attr.qp_access_flags);
     }
 
     if new == cur {

@@ -116,6 +116,31 @@ pub struct RecvJob {
     pub length: u64,
 }
 
+/// The pieces of an SGE list that message bytes `[off, off + n)` fall in, in
+/// order: (lkey, address, length).
+pub fn sge_spans(
+    sges: &[Sge],
+    mut off: u64,
+    mut n: usize,
+) -> impl Iterator<Item = (u32, u64, usize)> + '_ {
+    let mut it = sges.iter();
+    std::iter::from_fn(move || loop {
+        if n == 0 {
+            return None;
+        }
+        let s = it.next()?;
+        if off >= s.length as u64 {
+            off -= s.length as u64;
+            continue;
+        }
+        let take = ((s.length as u64 - off) as usize).min(n);
+        let span = (s.lkey, s.addr.wrapping_add(off), take);
+        off = 0;
+        n -= take;
+        return Some(span);
+    })
+}
+
 /// Posts receive WQEs on a ring (a QP's RQ or an SRQ); the caller serialises producers.
 pub fn post_recv_ring(ring: &Ring, max_sge: u32, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
     let mut p = ring.producer();

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use xiw_abi::ring::{Cqe, Sge};
 use xiw_abi::verbs::*;
 use xiw_engine::recv::{self, Receiver, RecvCompletion};
+use xiw_engine::send::ReadArrival;
 
 use crate::ibv;
 use crate::mem::AccessError;
 use crate::qp::{Qp, RecvJob};
+use crate::queue::sge_spans;
 use crate::tx::{self, Inbound, Outstanding};
 use crate::wire::mpa;
 
@@ -18,16 +20,9 @@ pub use xiw_engine::fault::{Fail, Status};
 
 pub struct Rx {
     pub fd: Option<i32>,
-    /// `qp_access_flags` for remote requests.
-    access: u32,
     pub engine: Receiver<RecvJob>,
-    /// Bytes read and not yet processed start at `start`.
+    /// Bytes read and not yet processed (the start of an FPDU).
     buf: Vec<u8>,
-    start: usize,
-    /// Responses or freed ORD credits are waiting to go out: transmit once the
-    /// bytes read so far are processed, so a burst of requests is answered
-    /// with a burst of FPDUs in few writes.
-    want_kick: bool,
     /// Bytes came in since the last trim pass.
     active: bool,
 }
@@ -36,11 +31,8 @@ impl Default for Rx {
     fn default() -> Rx {
         Rx {
             fd: None,
-            access: 0,
             engine: Receiver::new(recv::Params::default()),
             buf: Vec::new(),
-            start: 0,
-            want_kick: false,
             active: false,
         }
     }
@@ -55,17 +47,10 @@ impl Rx {
     /// true while it still holds a large one.
     pub fn trim(&mut self) -> bool {
         let idle = !std::mem::replace(&mut self.active, false);
-        if idle && self.start == self.buf.len() && self.buf.capacity() > RX_BUF_MIN {
+        if idle && self.buf.is_empty() && self.buf.capacity() > RX_BUF_MIN {
             self.buf = Vec::new();
-            self.start = 0;
         }
         self.buf.capacity() > RX_BUF_MIN
-    }
-
-    /// The QP's rights for remote requests (modify_qp).
-    pub fn set_access(&mut self, access: u32) {
-        self.access = access;
-        self.engine.set_access(access);
     }
 
     /// A stream is up: its receive side starts afresh (a receive taken by an
@@ -74,11 +59,7 @@ impl Rx {
         let cur = self.engine.take_current();
         *self = Rx {
             fd: Some(fd),
-            access: self.access,
-            engine: Receiver::new(recv::Params {
-                access: self.access,
-                ..p
-            }),
+            engine: Receiver::new(p),
             ..Default::default()
         };
         if let Some(job) = cur {
@@ -112,11 +93,6 @@ pub fn poll_readable(qp: &Qp) -> Result<(), Fail> {
 fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
     loop {
-        if rx.start > 0 {
-            let s = rx.start;
-            rx.buf.drain(..s);
-            rx.start = 0;
-        }
         let need = mpa::peek_fpdu_len(&rx.buf).unwrap_or(0).max(RX_BUF_MIN);
         let cap = rx.buf.capacity();
         if cap < need || cap - rx.buf.len() < RX_BUF_MIN / 4 {
@@ -165,17 +141,20 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
         let len = rx.buf.len() + n as usize;
         // SAFETY: recv initialised the first `n` bytes of the spare capacity.
         unsafe { rx.buf.set_len(len) };
+        // Responses or freed ORD credits go out once the bytes read so far
+        // are processed, so a burst of requests is answered in few writes.
+        let mut want_kick = false;
         let r = {
             let rx = &mut *rx;
             let mut host = Placer {
                 qp,
-                want_kick: &mut rx.want_kick,
+                want_kick: &mut want_kick,
             };
-            let (used, r) = rx.engine.handle(&mut host, &rx.buf[rx.start..]);
-            rx.start += used;
+            let (used, r) = rx.engine.handle(&mut host, &rx.buf);
+            rx.buf.drain(..used);
             r
         };
-        if std::mem::take(&mut rx.want_kick) {
+        if want_kick {
             tx::kick(qp);
         }
         if let Err(f) = r {
@@ -302,8 +281,19 @@ impl recv::Host for Placer<'_> {
         self.qp.lock_tx().engine.orq.front().cloned()
     }
 
-    fn read_arrived(&mut self, n: u64) -> Option<u64> {
-        self.qp.lock_tx().engine.read_arrived(n)
+    fn read_arrived(&mut self, n: u64, last: bool) -> bool {
+        let qp = self.qp;
+        let mut tx = qp.lock_tx();
+        match tx.engine.read_arrived(n, last) {
+            ReadArrival::Answered(idx) => {
+                tx.read_done(qp, idx, IBV_WC_SUCCESS);
+                // An ORD credit is free.
+                *self.want_kick = true;
+            }
+            ReadArrival::More => {}
+            ReadArrival::Gone => return false,
+        }
+        true
     }
 
     fn answered(&mut self, len: Option<u32>) {
@@ -338,25 +328,12 @@ impl recv::Host for Placer<'_> {
 }
 
 /// Copies `data` into the SGE list at message offset `off`, checking each SGE.
-fn scatter(qp: &Qp, sges: &[Sge], mut off: u64, mut data: &[u8]) -> Result<(), AccessError> {
-    for s in sges {
-        if data.is_empty() {
-            break;
-        }
-        if off >= s.length as u64 {
-            off -= s.length as u64;
-            continue;
-        }
-        let take = ((s.length as u64 - off) as usize).min(data.len());
-        qp.sh.mrs.write(
-            s.lkey,
-            qp.pd,
-            s.addr + off,
-            &data[..take],
-            IBV_ACCESS_LOCAL_WRITE,
-        )?;
+fn scatter(qp: &Qp, sges: &[Sge], off: u64, mut data: &[u8]) -> Result<(), AccessError> {
+    for (lkey, addr, take) in sge_spans(sges, off, data.len()) {
+        qp.sh
+            .mrs
+            .write(lkey, qp.pd, addr, &data[..take], IBV_ACCESS_LOCAL_WRITE)?;
         data = &data[take..];
-        off = 0;
     }
     Ok(())
 }

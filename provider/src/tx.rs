@@ -15,6 +15,7 @@ use xiw_engine::send::{self, AtomicOp, Completion, Sender, Wr, WrClass, WrOp};
 
 use crate::mem::{self, AccessError, NEED_NONE};
 use crate::qp::{Qp, SgeList};
+use crate::queue::sge_spans;
 use crate::rx::Fail;
 use crate::wire::{atomic, commit, rdmap};
 
@@ -73,8 +74,7 @@ impl Tx {
     }
 
     fn slot(&mut self, idx: u32) -> &mut Option<Slot> {
-        let mask = self.slots.len() - 1;
-        &mut self.slots[idx as usize & mask]
+        slot_of(&mut self.slots, idx)
     }
 
     /// Frames and writes whatever can go now.
@@ -220,11 +220,10 @@ struct SqHost<'a> {
     slots: &'a mut [Option<Slot>],
 }
 
-impl SqHost<'_> {
-    fn slot(&mut self, idx: u32) -> &mut Option<Slot> {
-        let mask = self.slots.len() - 1;
-        &mut self.slots[idx as usize & mask]
-    }
+/// The slot of send queue index `idx` (the ring size is a power of two).
+fn slot_of(slots: &mut [Option<Slot>], idx: u32) -> &mut Option<Slot> {
+    let mask = slots.len() - 1;
+    &mut slots[idx as usize & mask]
 }
 
 impl send::SendHost for SqHost<'_> {
@@ -266,7 +265,7 @@ impl send::SendHost for SqHost<'_> {
             )
         };
         *self.next = idx.wrapping_add(1);
-        *self.slot(idx) = Some(Slot::Sent);
+        *slot_of(self.slots, idx) = Some(Slot::Sent);
         Some(Wr {
             idx,
             op: wr_op(&wqe, &payload),
@@ -289,8 +288,8 @@ impl send::SendHost for SqHost<'_> {
     fn gather(
         &mut self,
         p: &Body,
-        mut off: u64,
-        mut n: usize,
+        off: u64,
+        n: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), AccessError> {
         match p {
@@ -315,20 +314,8 @@ impl send::SendHost for SqHost<'_> {
             }
             Body::Sges(sges) => {
                 let qp = self.qp;
-                for s in sges.iter() {
-                    if n == 0 {
-                        break;
-                    }
-                    if off >= s.length as u64 {
-                        off -= s.length as u64;
-                        continue;
-                    }
-                    let take = ((s.length as u64 - off) as usize).min(n);
-                    qp.sh
-                        .mrs
-                        .read(s.lkey, qp.pd, s.addr + off, take, NEED_NONE, out)?;
-                    off = 0;
-                    n -= take;
+                for (lkey, addr, take) in sge_spans(sges, off, n) {
+                    qp.sh.mrs.read(lkey, qp.pd, addr, take, NEED_NONE, out)?;
                 }
                 Ok(())
             }
@@ -366,7 +353,7 @@ impl send::SendHost for SqHost<'_> {
     }
 
     fn completed(&mut self, idx: u32, c: Completion) {
-        let slot = self.slot(idx);
+        let slot = slot_of(self.slots, idx);
         match c {
             // Only a request still in flight: a flush may have claimed it.
             Completion::Success => {

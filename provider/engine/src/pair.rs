@@ -10,7 +10,7 @@ use crate::fault::AccessFault;
 use crate::fault::{Fail, Status};
 use crate::queue1::{Inbound, Outstanding};
 use crate::recv::{self, Host, Receiver, RecvCompletion};
-use crate::send::{self, Completion, Sender};
+use crate::send::{self, Completion, ReadArrival, Sender};
 use crate::setup;
 use crate::sim::{RecvOutcome, Sges, Sim, SimRecv};
 use crate::wire::mpa::Rtr;
@@ -97,8 +97,13 @@ impl Host for Link<'_> {
     fn oldest_outstanding(&mut self) -> Option<Outstanding<Sges>> {
         self.tx.orq.front().cloned()
     }
-    fn read_arrived(&mut self, n: u64) -> Option<u64> {
-        self.tx.read_arrived(n)
+    fn read_arrived(&mut self, n: u64, last: bool) -> bool {
+        match self.tx.read_arrived(n, last) {
+            ReadArrival::Answered(idx) => self.mem.finish(idx, Completion::Success),
+            ReadArrival::More => {}
+            ReadArrival::Gone => return false,
+        }
+        true
     }
     fn answered(&mut self, len: Option<u32>) {
         if let Some(idx) = self.tx.answer_oldest() {

@@ -73,9 +73,10 @@ pub trait Host {
 
     /// The oldest request this side sent and still waits on.
     fn oldest_outstanding(&mut self) -> Option<Outstanding<Self::Local>>;
-    /// `n` more bytes of the oldest request (a Read) arrived: the total so far,
-    /// or None if it is gone (the QP was flushed meanwhile).
-    fn read_arrived(&mut self, n: u64) -> Option<u64>;
+    /// `n` more bytes of the oldest request (a Read) were placed; with `last`
+    /// the Read is answered and completes. False if it is gone (the QP was
+    /// flushed meanwhile).
+    fn read_arrived(&mut self, n: u64, last: bool) -> bool;
     /// The oldest request is answered: it completes (with `len` as its byte
     /// count, if given).
     fn answered(&mut self, len: Option<u32>);
@@ -680,8 +681,12 @@ fn read_response<H: Host>(
             "Read Response to an unknown sink STag",
         ));
     }
-    let n = payload.len() as u64;
-    if to != pr.sink_to.wrapping_add(pr.received) || pr.received + n > pr.length {
+    // Only this receive path advances `received`, so the copy is current.
+    let received = pr.received + payload.len() as u64;
+    if to != pr.sink_to.wrapping_add(pr.received)
+        || received > pr.length
+        || (last && received != pr.length)
+    {
         return Err(bounds());
     }
     if host.scatter(&pr.sink, pr.received, payload).is_err() {
@@ -690,14 +695,8 @@ fn read_response<H: Host>(
             "read sink with a bad lkey",
         ));
     }
-    let Some(received) = host.read_arrived(n) else {
+    if !host.read_arrived(payload.len() as u64, last) {
         return Err(Fail::stream("the Read was flushed while its data came"));
-    };
-    if last {
-        if received != pr.length {
-            return Err(bounds());
-        }
-        host.answered(None);
     }
     Ok(())
 }

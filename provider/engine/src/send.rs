@@ -207,6 +207,17 @@ struct Cur<L, P> {
     sent: u64,
 }
 
+/// What the data of a Read Response did to the oldest request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadArrival {
+    /// It is not a Read (the QP was flushed meanwhile).
+    Gone,
+    /// More data is due.
+    More,
+    /// The Read is complete: its send queue index.
+    Answered(u32),
+}
+
 /// How a stream was set up, for its transmit side.
 #[derive(Clone, Copy, Debug)]
 pub struct Params {
@@ -274,16 +285,16 @@ impl<L: Clone, P> Default for Sender<L, P> {
 
 impl<L: Clone, P> Sender<L, P> {
     pub fn new(p: Params) -> Self {
-        Sender {
-            crc: p.crc,
-            mulpdu: p.mulpdu.clamp(1, mpa::MAX_ULPDU - ddp::UNTAGGED_HDR_LEN),
-            gate: p.gate,
-            rtr: p.rtr,
+        let mut s = Sender {
+            crc: false,
+            mulpdu: 0,
+            gate: false,
+            rtr: false,
             term: None,
             msn: [1; 4],
-            peer_ird: p.peer_ird.max(1),
-            ord_max: p.ord.max(1).min(p.peer_ird.max(1)),
-            ird_max: p.ird.max(1),
+            peer_ird: 1,
+            ord_max: 1,
+            ird_max: 1,
             orq: VecDeque::new(),
             irq: VecDeque::new(),
             next_request_id: 1,
@@ -295,7 +306,9 @@ impl<L: Clone, P> Sender<L, P> {
             written: 0,
             done_at: VecDeque::new(),
             active: false,
-        }
+        };
+        s.establish(p);
+        s
     }
 
     /// A stream is up: its parameters, with the queues as they are.
@@ -309,15 +322,19 @@ impl<L: Clone, P> Sender<L, P> {
         self.ird_max = p.ird.max(1);
     }
 
-    /// `n` more bytes of the oldest request (a Read) arrived: the total so
-    /// far, or None if it is not a Read (or gone).
-    pub fn read_arrived(&mut self, n: u64) -> Option<u64> {
+    /// `n` more bytes of the oldest request (a Read) arrived; with `last` it
+    /// is answered.
+    pub fn read_arrived(&mut self, n: u64, last: bool) -> ReadArrival {
         match self.orq.front_mut() {
-            Some(Outstanding::Read(r)) => {
-                r.received += n;
-                Some(r.received)
-            }
-            _ => None,
+            Some(Outstanding::Read(r)) => r.received += n,
+            _ => return ReadArrival::Gone,
+        }
+        if !last {
+            return ReadArrival::More;
+        }
+        match self.answer_oldest() {
+            Some(idx) => ReadArrival::Answered(idx),
+            None => ReadArrival::Gone,
         }
     }
 

@@ -367,14 +367,15 @@ impl Host for Sim {
         self.orq.front().cloned()
     }
 
-    fn read_arrived(&mut self, n: u64) -> Option<u64> {
+    fn read_arrived(&mut self, n: u64, last: bool) -> bool {
         match self.orq.front_mut() {
-            Some(Outstanding::Read(r)) => {
-                r.received += n;
-                Some(r.received)
-            }
-            _ => None,
+            Some(Outstanding::Read(r)) => r.received += n,
+            _ => return false,
         }
+        if last {
+            self.answered(None);
+        }
+        true
     }
 
     fn answered(&mut self, len: Option<u32>) {
