@@ -12,67 +12,34 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use socket2::SockRef;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::context::Shared;
-use crate::qp::{Qp, MAX_RD_ATOMIC};
-use crate::tx;
+use crate::qpcore::{QpCore, MAX_RD_ATOMIC};
+use crate::sock::{
+    canonical, parse_xiw, private_data, read_frame, send_reject, socket_for, write_all, Request,
+    PD_FLAG_EXTENSIONS, PD_FLAG_IMM_PAIRS,
+};
 use crate::wire::mpa;
 use xiw_engine::setup;
 use xiw_engine::{recv, send};
 
-/// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
-const PD_MAGIC: &[u8; 4] = b"xiw1";
-const PD_LEN: usize = 12;
-/// Then, optionally, a word of flags (older xiw sent none: all clear).
-const PD_FLAGS_LEN: usize = 4;
-/// The sender speaks RFC 7306 and the commit draft.
-const PD_FLAG_EXTENSIONS: u32 = 1 << 0;
-/// The sender sends Send with Immediate as Immediate Data directly followed by
-/// its Send, and Immediate Data alone only right after an RDMA Write.
-const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
-/// Then, optionally, the connection attempt's stamp (older xiw sent none: 0).
-const PD_STAMP_LEN: usize = 8;
-
-/// A listening socket on the device address; returns it and its port.
-pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
-    let s = socket_for(addr)?;
-    s.bind(&SocketAddr::new(addr, 0).into())?;
-    // Many QPs may connect at once (perftest -q, MPI): use the system's limit.
-    s.listen(libc::SOMAXCONN)?;
-    let port = s
-        .local_addr()?
-        .as_socket()
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?
-        .port();
-    Ok((s.into(), port))
-}
-
-/// Accepts one connection, non-blocking.
-pub fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
-    let (s, _) = SockRef::from(listener).accept().ok()?;
-    s.set_nonblocking(true).ok()?;
-    Some(s.into())
-}
-
-/// A Request xiw can take: well formed, with xiw's private data naming the
-/// QP it is for (`target`).
-pub fn parse_request(frame: &[u8]) -> Option<Request> {
-    let mpa = setup::Request::parse(frame).ok()?;
-    let p = parse_xiw(&mpa.data)?;
-    Some(Request {
-        target: p.to,
-        initiator_qpn: p.from,
-        stamp: p.stamp,
-        mpa,
-    })
-}
-
-/// Turns a connection away with an MPA Reply carrying the Reject bit.
-pub fn send_reject(fd: RawFd) {
-    let _ = write_all(fd, &setup::reject(mpa::REVISION_2, &[]));
+/// What connection setup needs of the QP it works for: the QP itself, and
+/// its data path, which takes the stream once MPA is done.
+pub trait Link: std::ops::Deref<Target = QpCore> {
+    /// The stream handed over has not yet carried the initiator's first FPDU.
+    fn expects_rtr(&self) -> bool;
+    /// Hands an established stream to both sides of the data path at once (a
+    /// thread polling the CQ may read the peer's first FPDU the moment the
+    /// receive side has it, and opens the transmit gate, which must not be
+    /// closed again after it).
+    fn attach_stream(&self, fd: RawFd, recv: recv::Params, send: send::Params);
+    /// Takes the stream away from the data path, before the descriptor goes.
+    fn detach_stream(&self);
+    /// Transmits whatever can go.
+    fn kick(&self);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -87,15 +54,6 @@ enum Phase {
 
 /// At most this many Requests wait for a QP's RTR; the oldest is turned away.
 const MAX_HELD: usize = 8;
-
-/// An MPA Request as xiw reads it.
-pub struct Request {
-    pub target: u32,
-    mpa: setup::Request,
-    initiator_qpn: u32,
-    /// Which connection attempt of the initiator (0: a peer that sends none).
-    stamp: u64,
-}
 
 /// A connection whose Request named this QP, not answered yet.
 struct Held {
@@ -156,12 +114,17 @@ impl Cm {
 
     /// The responder's stream is up but the initiator's first FPDU has not come:
     /// the stream may still belong to an attempt that was abandoned.
-    pub fn tentative(&self, qp: &Qp) -> bool {
-        self.phase == Phase::Established && !self.initiator && qp.lock_rx().expects_rtr()
+    pub fn tentative(&self, qp: &impl Link) -> bool {
+        self.phase == Phase::Established && !self.initiator && qp.expects_rtr()
     }
 
     /// RTR: start connecting to (or waiting for) the peer.
-    pub fn start(&mut self, qp: &Qp, peer_addr: IpAddr, peer_qpn: u32) -> Result<(), String> {
+    pub fn start(
+        &mut self,
+        qp: &impl Link,
+        peer_addr: IpAddr,
+        peer_qpn: u32,
+    ) -> Result<(), String> {
         if self.phase != Phase::Idle && self.phase != Phase::AwaitRequest {
             return Ok(());
         }
@@ -172,7 +135,7 @@ impl Cm {
         }
         self.peer = Some((peer_addr, peer_qpn));
         self.deadline = Some(Instant::now() + sh.cfg.connect_timeout);
-        sh.add_timer(qp);
+        sh.add_timer(qp.qpn);
         self.initiator = me < (peer_addr, peer_qpn);
         if self.initiator {
             self.turn_away(qp, |_| true);
@@ -187,7 +150,7 @@ impl Cm {
         }
     }
 
-    fn connect(&mut self, qp: &Qp) -> io::Result<()> {
+    fn connect(&mut self, qp: &QpCore) -> io::Result<()> {
         let (addr, qpn) = self.peer.expect("peer known");
         let sh = &qp.sh;
         let s = socket_for(addr)?;
@@ -204,7 +167,7 @@ impl Cm {
     }
 
     /// The context accepted a connection whose MPA Request names this QP.
-    pub fn adopt(&mut self, qp: &Qp, fd: OwnedFd, req: Request) -> Result<(), String> {
+    pub fn adopt(&mut self, qp: &impl Link, fd: OwnedFd, req: Request) -> Result<(), String> {
         crate::log::debug(
             &qp.sh.log,
             format_args!(
@@ -252,7 +215,7 @@ impl Cm {
     }
 
     /// The connection socket (or a held one) has an event before the QP is established.
-    pub fn on_sock(&mut self, qp: &Qp, writable: bool) -> Result<(), String> {
+    pub fn on_sock(&mut self, qp: &impl Link, writable: bool) -> Result<(), String> {
         self.forget_dead(qp);
         match self.phase {
             Phase::Connecting if writable => {
@@ -291,7 +254,7 @@ impl Cm {
 
     /// Drops held connections whose initiator went away: it waits for the
     /// Reply, so anything readable is its close (or a protocol violation).
-    fn forget_dead(&mut self, qp: &Qp) {
+    fn forget_dead(&mut self, qp: &QpCore) {
         let mut i = 0;
         while i < self.held.len() {
             let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
@@ -315,7 +278,7 @@ impl Cm {
     }
 
     /// Timers: connect retries and the overall deadline.
-    pub fn tick(&mut self, qp: &Qp, now: Instant) -> Result<bool, String> {
+    pub fn tick(&mut self, qp: &QpCore, now: Instant) -> Result<bool, String> {
         if let Some(t) = self.linger_until {
             if now >= t {
                 self.linger_until = None;
@@ -347,7 +310,7 @@ impl Cm {
         self.sock.as_ref().map(|s| s.as_raw_fd()).unwrap_or(-1)
     }
 
-    fn drop_sock(&mut self, qp: &Qp) {
+    fn drop_sock(&mut self, qp: &QpCore) {
         if let Some(s) = self.sock.take() {
             discard(&qp.sh, s);
         }
@@ -355,7 +318,7 @@ impl Cm {
     }
 
     /// Turns away the held Requests `which` picks.
-    fn turn_away(&mut self, qp: &Qp, which: impl Fn(&Held) -> bool) {
+    fn turn_away(&mut self, qp: &QpCore, which: impl Fn(&Held) -> bool) {
         let (gone, keep): (Vec<Held>, Vec<Held>) =
             std::mem::take(&mut self.held).into_iter().partition(which);
         self.held = keep;
@@ -374,19 +337,14 @@ impl Cm {
     /// What this QP brings to the MPA exchange: CRC as configured, its IRD
     /// and ORD, a zero-length Write as the ready-to-receive message, and xiw's
     /// private data naming both QPs and the attempt.
-    fn local(qp: &Qp, to_qpn: u32, stamp: u64) -> setup::Local {
+    fn local(qp: &QpCore, to_qpn: u32, stamp: u64) -> setup::Local {
         let (ird, ord) = local_ird_ord(qp);
-        let mut data = vec![0u8; PD_LEN + PD_FLAGS_LEN + PD_STAMP_LEN];
-        data[0..4].copy_from_slice(PD_MAGIC);
-        data[4..8].copy_from_slice(&qp.qpn.to_be_bytes());
-        data[8..12].copy_from_slice(&to_qpn.to_be_bytes());
         let flags = if qp.sh.cfg.extensions {
             PD_FLAG_EXTENSIONS | PD_FLAG_IMM_PAIRS
         } else {
             0
         };
-        data[12..16].copy_from_slice(&flags.to_be_bytes());
-        data[16..24].copy_from_slice(&stamp.to_be_bytes());
+        let data = private_data(qp.qpn, to_qpn, flags, stamp);
         setup::Local {
             crc: qp.sh.cfg.crc,
             ird: ird as u16,
@@ -399,7 +357,7 @@ impl Cm {
         }
     }
 
-    fn send_request(&mut self, qp: &Qp) -> Result<(), String> {
+    fn send_request(&mut self, qp: &QpCore) -> Result<(), String> {
         let (_, peer_qpn) = self.peer.expect("peer known");
         self.stamp = qp.sh.next_stamp();
         let (exchange, request) = setup::Initiator::new(Self::local(qp, peer_qpn, self.stamp))
@@ -408,7 +366,7 @@ impl Cm {
         write_all(self.sock_fd(), &request).map_err(|e| e.to_string())
     }
 
-    fn on_reply(&mut self, qp: &Qp, frame: &[u8]) -> Result<(), String> {
+    fn on_reply(&mut self, qp: &impl Link, frame: &[u8]) -> Result<(), String> {
         let exchange = self
             .exchange
             .take()
@@ -427,7 +385,7 @@ impl Cm {
     /// Responder at RTR: turns away every held Request that is not from the
     /// peer, and answers the newest attempt of the peer (unless the stream
     /// answered already is newer), turning the older ones away.
-    fn answer_newest(&mut self, qp: &Qp) -> Result<(), String> {
+    fn answer_newest(&mut self, qp: &impl Link) -> Result<(), String> {
         let (peer_addr, peer_qpn) = self.peer.expect("peer known at RTR");
         let peer_addr = canonical(peer_addr);
         self.turn_away(qp, |h| {
@@ -475,19 +433,19 @@ impl Cm {
 
     /// Drops a tentative stream and waits again for the peer (until the
     /// original deadline), answering at once if a newer attempt is held.
-    fn withdraw(&mut self, qp: &Qp) {
+    fn withdraw(&mut self, qp: &impl Link) {
         qp.detach_stream();
         qp.rx_eof.store(false, Ordering::Release);
         self.drop_sock(qp);
         self.phase = Phase::AwaitRequest;
         self.linger_until = None;
-        qp.sh.add_timer(qp);
+        qp.sh.add_timer(qp.qpn);
     }
 
     /// The tentative stream failed before the initiator's first FPDU: that
     /// attempt was abandoned. Wait for (or answer) the next; true if so, false
     /// if the stream was not tentative (the caller fails the QP).
-    pub fn reopen(&mut self, qp: &Qp) -> Result<bool, String> {
+    pub fn reopen(&mut self, qp: &impl Link) -> Result<bool, String> {
         if !self.tentative(qp) {
             return Ok(false);
         }
@@ -504,7 +462,13 @@ impl Cm {
     }
 
     /// MPA is done: hand the stream to the data path.
-    fn establish(&mut self, qp: &Qp, initiator: bool, agreed: &setup::Agreed, peer_flags: u32) {
+    fn establish(
+        &mut self,
+        qp: &impl Link,
+        initiator: bool,
+        agreed: &setup::Agreed,
+        peer_flags: u32,
+    ) {
         let fd = self.sock_fd();
         if let Some(s) = &self.sock {
             let _ = SockRef::from(s).set_tcp_nodelay(true);
@@ -516,12 +480,7 @@ impl Cm {
             // Attributes first (as modify_qp takes them, before `tx`): a
             // concurrent move to RTS then sets ORD either before or after this.
             let attrs = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
-            // Both sides at once: a thread polling the CQ may read the peer's
-            // first FPDU the moment `rx` has the stream, and opens the transmit
-            // gate, which must not be closed again after it.
-            let mut rx = qp.lock_rx();
-            let mut t = qp.lock_tx();
-            rx.establish(
+            qp.attach_stream(
                 fd,
                 recv::Params {
                     crc,
@@ -530,17 +489,16 @@ impl Cm {
                     extensions: qp.sh.cfg.extensions,
                     merge_imm: qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0,
                 },
+                send::Params {
+                    crc,
+                    mulpdu: qp.sh.cfg.mulpdu,
+                    gate: await_rtr,
+                    rtr: initiator && agreed.rtr == mpa::Rtr::ZeroLengthWrite,
+                    peer_ird: u32::from(agreed.peer_ird),
+                    ord: attrs.max_rd_atomic as u32,
+                    ird: u32::from(agreed.ird),
+                },
             );
-            t.fd = Some(fd);
-            t.engine.establish(send::Params {
-                crc,
-                mulpdu: qp.sh.cfg.mulpdu,
-                gate: await_rtr,
-                rtr: initiator && agreed.rtr == mpa::Rtr::ZeroLengthWrite,
-                peer_ird: u32::from(agreed.peer_ird),
-                ord: attrs.max_rd_atomic as u32,
-                ird: u32::from(agreed.ird),
-            });
         }
         self.phase = Phase::Established;
         // A responder keeps its deadline: should this attempt turn out to be an
@@ -560,18 +518,18 @@ impl Cm {
             ),
         );
         let _ = qp.sh.watch_data_new(fd, qp.qpn);
-        tx::kick(qp);
+        qp.kick();
     }
 
     /// The peer closed in order: fail the QP after `XIW_LINGER_MS`. False if
     /// the stream was not up, so the caller fails the QP now.
-    pub fn linger(&mut self, qp: &Qp) -> bool {
+    pub fn linger(&mut self, qp: &QpCore) -> bool {
         if self.phase != Phase::Established {
             return false;
         }
         if self.linger_until.is_none() {
             self.linger_until = Some(Instant::now() + qp.sh.cfg.linger);
-            qp.sh.add_timer(qp);
+            qp.sh.add_timer(qp.qpn);
         }
         true
     }
@@ -612,7 +570,7 @@ impl Cm {
 }
 
 /// Turns a held connection away with the MPA reject, then drops it.
-fn refuse(qp: &Qp, sock: OwnedFd) {
+fn refuse(qp: &QpCore, sock: OwnedFd) {
     send_reject(sock.as_raw_fd());
     qp.sh.unwatch(sock.as_raw_fd());
 }
@@ -624,46 +582,7 @@ fn discard(sh: &Shared, sock: OwnedFd) {
     let _ = SockRef::from(&sock).set_linger(Some(Duration::ZERO));
 }
 
-/// Reads exactly one MPA Request/Reply frame; `None` until it is complete.
-/// Nothing behind the frame is read: it belongs to the data path.
-pub fn read_frame(fd: RawFd, reader: &mut setup::FrameReader) -> io::Result<Option<Vec<u8>>> {
-    let mut chunk = [0u8; mpa::HEADER_LEN + mpa::MAX_PRIVATE_DATA];
-    loop {
-        let want = reader
-            .missing()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        // SAFETY: receiving at most `want` (<= the chunk's size) bytes into a live buffer.
-        let n = unsafe {
-            libc::recv(
-                fd,
-                chunk.as_mut_ptr() as *mut libc::c_void,
-                want.min(chunk.len()),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "peer closed during MPA setup",
-            ));
-        }
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EAGAIN) {
-                return Ok(None);
-            }
-            return Err(e);
-        }
-        let (_, frame) = reader
-            .feed(&chunk[..n as usize])
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        if frame.is_some() {
-            return Ok(frame);
-        }
-    }
-}
-
-fn local_ird_ord(qp: &Qp) -> (u32, u32) {
+fn local_ird_ord(qp: &QpCore) -> (u32, u32) {
     let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
     let ird = (a.max_dest_rd_atomic as u32).clamp(1, MAX_RD_ATOMIC);
     let ord = if a.max_rd_atomic == 0 {
@@ -672,87 +591,4 @@ fn local_ird_ord(qp: &Qp) -> (u32, u32) {
         a.max_rd_atomic as u32
     };
     (ird, ord)
-}
-
-/// What xiw's private data says.
-#[derive(Clone, Copy, Debug)]
-struct Private {
-    from: u32,
-    to: u32,
-    flags: u32,
-    stamp: u64,
-}
-
-/// xiw's own private data (after the RFC 6581 block): magic, sender and
-/// receiver QPN, then optionally flags and the attempt stamp.
-fn parse_xiw(data: &[u8]) -> Option<Private> {
-    if data.len() < PD_LEN || &data[..4] != PD_MAGIC {
-        return None;
-    }
-    let word = |at: usize| {
-        data.get(at..at + 4)
-            .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
-    };
-    let at = PD_LEN + PD_FLAGS_LEN;
-    let stamp = data
-        .get(at..at + PD_STAMP_LEN)
-        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
-        .unwrap_or(0);
-    Some(Private {
-        from: word(4)?,
-        to: word(8)?,
-        flags: word(PD_LEN).unwrap_or(0),
-        stamp,
-    })
-}
-
-fn canonical(a: IpAddr) -> IpAddr {
-    match a {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(a),
-        v4 => v4,
-    }
-}
-
-/// A non-blocking TCP socket for `addr`'s family (close-on-exec, as socket2 makes every socket).
-fn socket_for(addr: IpAddr) -> io::Result<Socket> {
-    let s = Socket::new(
-        Domain::for_address(SocketAddr::new(addr, 0)),
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )?;
-    s.set_nonblocking(true)?;
-    Ok(s)
-}
-
-/// Writes a small control frame on a fresh connection, waiting briefly if needed.
-fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !data.is_empty() {
-        // SAFETY: sending from a live slice on our socket.
-        let n = unsafe {
-            libc::send(
-                fd,
-                data.as_ptr() as *const libc::c_void,
-                data.len(),
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n > 0 {
-            data = &data[n as usize..];
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        if n < 0 && e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline {
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, 10) };
-            continue;
-        }
-        return Err(e);
-    }
-    Ok(())
 }

@@ -9,9 +9,35 @@ use std::time::{Duration, Instant};
 
 use xiw_abi::verbs::*;
 
+use xiw_engine::queue1::Inbound;
+
 use crate::devinfo::DeviceInfo;
 use crate::mem::MrTable;
-use crate::qp::Qp;
+use crate::sock::Request;
+
+/// What the progress thread and the media worker ask of a QP, which the
+/// context knows by number only.
+pub trait Endpoint: Send + Sync {
+    /// The protection domain the QP belongs to.
+    fn pd(&self) -> u32;
+    /// An event on the connection socket, before the stream is established.
+    fn on_connection(&self, writable: bool);
+    /// An event on the established stream.
+    fn on_stream(&self, readable: bool, writable: bool);
+    /// Runs the QP's timers (connection deadline and retries, linger); false
+    /// once it has none left.
+    fn tick(&self, now: Instant) -> bool;
+    /// An accepted connection whose MPA Request names this QP.
+    fn adopt(&self, fd: OwnedFd, req: Request);
+    /// Applies a failure recorded for the progress thread (no locks held).
+    fn apply_deferred(&self);
+    /// Frees staging buffers of an idle QP; true while it holds large ones.
+    fn trim(&self) -> bool;
+    /// Carries out a queue 1 request given to the media worker, and answers it.
+    fn media(&self, ticket: u64, req: &Inbound);
+    /// Puts the QP in error (fatal), for a fault outside its own paths.
+    fn fail_fatal(&self, why: &str);
+}
 
 /// Knobs, read once per context from the environment.
 #[derive(Clone, Debug)]
@@ -103,14 +129,14 @@ pub struct Shared {
     pub dev: DeviceInfo,
     pub cfg: Config,
     pub mrs: MrTable,
-    qps: RwLock<HashMap<u32, Arc<Qp>>>,
+    qps: RwLock<HashMap<u32, Arc<dyn Endpoint>>>,
     pub epfd: OwnedFd,
     pub kick: OwnedFd,
     pub events: crate::events::Events,
     /// Where diagnostics go (libibverbs' log of this context, or stderr).
     pub log: crate::log::Target,
     pub shutdown: AtomicBool,
-    timers: Mutex<Vec<Weak<Qp>>>,
+    timers: Mutex<Vec<Weak<dyn Endpoint>>>,
     pub has_timers: AtomicBool,
     /// Application handles of CQs and SRQs, for async events.
     handles: Mutex<HashMap<u32, usize>>,
@@ -140,12 +166,12 @@ struct MediaWorker {
 struct MediaJob {
     qpn: u32,
     ticket: u64,
-    req: crate::tx::Inbound,
+    req: Inbound,
 }
 
 /// Hands a Flush to persistence or a Verify of `qpn` to the context's media
-/// worker, which answers through [`crate::tx::Tx::media_done`].
-pub fn submit_media(sh: &Arc<Shared>, qpn: u32, ticket: u64, req: crate::tx::Inbound) {
+/// worker, which answers through [`Endpoint::media`].
+pub fn submit_media(sh: &Arc<Shared>, qpn: u32, ticket: u64, req: Inbound) {
     let mut m = sh.media.lock().unwrap_or_else(|e| e.into_inner());
     if m.is_none() {
         let (jobs, rx) = mpsc::channel::<MediaJob>();
@@ -158,12 +184,7 @@ pub fn submit_media(sh: &Arc<Shared>, qpn: u32, ticket: u64, req: crate::tx::Inb
             Err(e) => {
                 drop(m);
                 if let Some(qp) = sh.qp(qpn) {
-                    qp.fail(
-                        &format!("no media worker: {e}"),
-                        None,
-                        None,
-                        IBV_EVENT_QP_FATAL,
-                    );
+                    qp.fail_fatal(&format!("no media worker: {e}"));
                 }
                 return;
             }
@@ -179,18 +200,7 @@ fn media_worker(sh: Weak<Shared>, jobs: mpsc::Receiver<MediaJob>) {
     while let Ok(job) = jobs.recv() {
         let Some(sh) = sh.upgrade() else { return };
         let Some(qp) = sh.qp(job.qpn) else { continue };
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::tx::execute(&qp, &job.req)
-        }))
-        .unwrap_or_else(|_| {
-            Err(crate::rx::Fail::stream(
-                "internal error in the media worker",
-            ))
-        });
-        let taken = qp.lock_tx().media_done(job.ticket, r);
-        if taken {
-            crate::tx::kick(&qp);
-        }
+        qp.media(job.ticket, &job.req);
     }
 }
 
@@ -274,7 +284,7 @@ impl Shared {
         self.media_tickets.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub fn qp(&self, qpn: u32) -> Option<Arc<Qp>> {
+    pub fn qp(&self, qpn: u32) -> Option<Arc<dyn Endpoint>> {
         self.qps
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -286,17 +296,18 @@ impl Shared {
         self.qps.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    pub fn qps_using(&self, f: impl Fn(&Qp) -> bool) -> bool {
+    /// Some QP of protection domain `pd` exists.
+    pub fn pd_has_qps(&self, pd: u32) -> bool {
         self.qps
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .any(|q| f(q))
+            .any(|q| q.pd() == pd)
     }
 
     /// Trims idle QPs' buffers; true while some QP still holds large ones.
     pub fn trim(&self) -> bool {
-        let qps: Vec<Arc<Qp>> = self
+        let qps: Vec<Arc<dyn Endpoint>> = self
             .qps
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -307,18 +318,18 @@ impl Shared {
     }
 
     /// Makes a new QP reachable by number.
-    pub fn register_qp(&self, qp: Arc<Qp>) {
+    pub fn register_qp(&self, qpn: u32, qp: Arc<dyn Endpoint>) {
         self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(qp.qpn, qp);
+            .insert(qpn, qp);
     }
 
-    pub fn unregister_qp(&self, qpn: u32) -> Option<Arc<Qp>> {
+    pub fn unregister_qp(&self, qpn: u32) {
         self.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&qpn)
+            .remove(&qpn);
     }
 
     /// A free QP number: `port << 8 | index` on one of this context's listeners.
@@ -332,7 +343,7 @@ impl Shared {
             slot.count += 1;
             return Ok((slot.port as u32) << 8 | i as u32);
         }
-        let (fd, port) = crate::cm::listen(self.dev.addr)?;
+        let (fd, port) = crate::sock::listen(self.dev.addr)?;
         self.epoll(
             libc::EPOLL_CTL_ADD,
             fd.as_raw_fd(),
@@ -372,7 +383,7 @@ impl Shared {
         let accepted: Vec<OwnedFd> = {
             let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
             match ports.iter().find(|s| s.port == port) {
-                Some(s) => std::iter::from_fn(|| crate::cm::accept(&s.fd)).collect(),
+                Some(s) => std::iter::from_fn(|| crate::sock::accept(&s.fd)).collect(),
                 None => return,
             }
         };
@@ -412,7 +423,7 @@ impl Shared {
             Some(p) => p,
             None => return,
         };
-        let frame = match crate::cm::read_frame(p.fd.as_raw_fd(), &mut p.reader) {
+        let frame = match crate::sock::read_frame(p.fd.as_raw_fd(), &mut p.reader) {
             Ok(Some(f)) => f,
             Ok(None) => {
                 self.pending
@@ -426,16 +437,11 @@ impl Shared {
                 return;
             }
         };
-        let req = crate::cm::parse_request(&frame);
+        let req = crate::sock::parse_request(&frame);
         match req.and_then(|r| Some((self.qp(r.target)?, r))) {
-            Some((qp, req)) => {
-                let r = qp.lock_cm().adopt(&qp, p.fd, req);
-                if let Err(why) = r {
-                    qp.fail(&why, None, None, IBV_EVENT_QP_FATAL);
-                }
-            }
+            Some((qp, req)) => qp.adopt(p.fd, req),
             None => {
-                crate::cm::send_reject(p.fd.as_raw_fd());
+                crate::sock::send_reject(p.fd.as_raw_fd());
                 self.unwatch(p.fd.as_raw_fd());
             }
         }
@@ -600,7 +606,7 @@ impl Shared {
         let _ = self.epoll(libc::EPOLL_CTL_DEL, fd, 0, 0);
     }
 
-    /// Queues `qpn` for [`Qp::apply_deferred`] on the progress thread.
+    /// Queues `qpn` for [`Endpoint::apply_deferred`] on the progress thread.
     pub fn defer_fail(&self, qpn: u32) {
         self.failed
             .lock()
@@ -631,8 +637,9 @@ impl Shared {
         };
     }
 
-    pub fn add_timer(&self, qp: &Qp) {
-        if let Some(arc) = self.qp(qp.qpn) {
+    /// Runs [`Endpoint::tick`] of QP `qpn` from now on, until it says no more.
+    pub fn add_timer(&self, qpn: u32) {
+        if let Some(arc) = self.qp(qpn) {
             self.timers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -642,20 +649,20 @@ impl Shared {
         }
     }
 
-    pub fn take_timers(&self) -> Vec<Weak<Qp>> {
+    pub fn take_timers(&self) -> Vec<Weak<dyn Endpoint>> {
         std::mem::take(&mut *self.timers.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    pub fn keep_timers(&self, keep: Vec<Weak<Qp>>) {
+    pub fn keep_timers(&self, keep: Vec<Weak<dyn Endpoint>>) {
         let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
         t.extend(keep);
         self.has_timers.store(!t.is_empty(), Ordering::Release);
     }
 
-    pub fn qp_event(&self, qp: &Qp, event: u32) {
+    /// Raises `event` for the QP whose `ibv_qp` is in `handle` (0 once destroyed).
+    pub fn qp_event(&self, handle: &std::sync::atomic::AtomicUsize, event: u32) {
         if event != NO_EVENT {
-            self.events
-                .post(|| qp.handle.load(Ordering::Acquire), event);
+            self.events.post(|| handle.load(Ordering::Acquire), event);
         }
     }
 

@@ -8,10 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use xiw_abi::verbs::*;
-
 use crate::context::*;
-use crate::{rx, tx};
 
 pub fn run(sh: Arc<Shared>) {
     if sh.cfg.rt_prio > 0 {
@@ -93,7 +90,7 @@ pub fn run(sh: Arc<Shared>) {
                     ),
                 );
                 if let Some(qp) = sh.qp((tok >> 8) as u32) {
-                    qp.fail("internal error", None, None, IBV_EVENT_QP_FATAL);
+                    qp.fail_fatal("internal error");
                 }
             }
         }
@@ -108,11 +105,8 @@ pub fn run(sh: Arc<Shared>) {
             let mut keep = Vec::new();
             for w in sh.take_timers() {
                 let Some(qp) = w.upgrade() else { continue };
-                let r = qp.lock_cm().tick(&qp, now);
-                match r {
-                    Ok(true) => keep.push(w),
-                    Ok(false) => {}
-                    Err(why) => qp.fail(&why, None, None, IBV_EVENT_QP_FATAL),
+                if qp.tick(now) {
+                    keep.push(w);
                 }
             }
             sh.keep_timers(keep);
@@ -130,25 +124,13 @@ fn dispatch(sh: &Shared, tok: u64, bits: u32) {
     let Some(qp) = sh.qp((tok >> 8) as u32) else {
         return;
     };
+    let any = |b: i32| bits & b as u32 != 0;
     match tok & 0xff {
-        KIND_CM => {
-            let writable = bits & (libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0;
-            let r = qp.lock_cm().on_sock(&qp, writable);
-            if let Err(why) = r {
-                qp.fail(&why, None, None, IBV_EVENT_QP_FATAL);
-            }
-        }
-        KIND_DATA => {
-            if bits & (libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0 {
-                if let Err(f) = rx::on_readable(&qp) {
-                    qp.fail_with(f);
-                    return;
-                }
-            }
-            if bits & libc::EPOLLOUT as u32 != 0 {
-                tx::kick(&qp);
-            }
-        }
+        KIND_CM => qp.on_connection(any(libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP)),
+        KIND_DATA => qp.on_stream(
+            any(libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP),
+            any(libc::EPOLLOUT),
+        ),
         _ => {}
     }
 }

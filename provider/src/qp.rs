@@ -1,91 +1,49 @@
-//! Queue pairs: work queues, state, completions and flushing.
+//! Queue pairs: a [`QpCore`] with its connection setup ([`cm`]) and both
+//! sides of its data path ([`rx`], [`tx`]), the state changes that span them
+//! (failing, flushing, reset), and the QP as the progress thread sees it
+//! ([`Endpoint`]).
 //!
 //! Locks, always taken in this order: `cm` → `attrs` → `rx` → `tx`. A path that
 //! holds a later lock never waits for an earlier one; errors found under a lock
 //! are returned and acted on ([`Qp::fail`]) after it is dropped.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::os::fd::{OwnedFd, RawFd};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
-use xiw_abi::ring::{self, Cqe, SendWqe, Sge};
+use xiw_abi::ring::SendWqe;
 use xiw_abi::verbs::*;
+use xiw_engine::queue1::Inbound;
+use xiw_engine::{recv, send};
 
-use crate::context::Shared;
+use crate::context::{Endpoint, Shared};
 use crate::cq::Cq;
-use crate::queue::Ring;
+use crate::qpcore::QpCore;
+use crate::sock::Request;
 use crate::srq::Srq;
+use crate::tx::{TxCell, TxGuard};
 use crate::{cm, rx, tx};
 
-pub const MAX_QP_WR: u32 = 16384;
-pub use crate::queue::MAX_SGE;
-pub const MAX_INLINE: u32 = 256;
-/// IRD/ORD limit (RFC 6581 allows 14 bits; this is what xiw provisions).
-pub const MAX_RD_ATOMIC: u32 = 128;
-/// `IBV_WC_FLUSH` of rdma-core 45 and later (absent from 44's verbs.h).
-pub const WC_FLUSH: u32 = 8;
-
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Caps {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline: u32,
-}
-
-/// Attributes set through modify_qp, reported by query_qp.
-#[derive(Clone, Copy, Default)]
-pub struct Attrs {
-    pub qp_access_flags: u32,
-    pub pkey_index: u16,
-    pub port_num: u8,
-    pub path_mtu: u32,
-    pub dest_qp_num: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub ah_attr: ibv_ah_attr,
-}
-
-pub use crate::queue::{post_recv_ring, take_recv_ring, RecvJob};
+pub use crate::qpcore::{
+    Attrs, Caps, InlineBytes, SendBody, SgeList, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOMIC, MAX_SGE,
+    WC_FLUSH,
+};
+pub use crate::queue::RecvJob;
+use xiw_engine::fault::Fail;
 
 pub struct Qp {
-    pub qpn: u32,
-    pub sh: Arc<Shared>,
-    pub pd: u32,
-    pub send_cq: Arc<Cq>,
-    pub recv_cq: Arc<Cq>,
-    pub srq: Option<Arc<Srq>>,
-    pub caps: Caps,
-    pub sq_sig_all: bool,
-    pub sq: Ring,
-    pub rq: Option<Ring>,
-    sq_post: Mutex<()>,
-    rq_post: Mutex<()>,
-    /// `enum ibv_qp_state`, mirrored for lock-free checks on the posting path.
-    pub state: AtomicU32,
-    pub attrs: Mutex<Attrs>,
+    core: QpCore,
     pub cm: Mutex<cm::Cm>,
     pub rx: Mutex<rx::Rx>,
-    pub tx: Mutex<tx::Tx>,
-    /// Someone asked for transmission while the `tx` lock was held.
-    pub tx_want: AtomicBool,
-    /// The socket was full last time: bytes are waiting to go out.
-    pub tx_blocked: AtomicBool,
-    /// The peer closed its end: nothing more to read, sending goes on.
-    pub rx_eof: AtomicBool,
-    /// The `ibv_qp` the application holds, for async events; 0 once destroyed.
-    pub handle: AtomicUsize,
-    pub destroyed: AtomicBool,
-    /// First error status reported for the SQ head when the QP fails.
-    pub last_error: AtomicU32,
-    /// A failure found where it could not be acted on (see [`Qp::defer_fail`]).
-    deferred: Mutex<Option<rx::Fail>>,
+    pub tx: TxCell,
+}
+
+impl std::ops::Deref for Qp {
+    type Target = QpCore;
+    fn deref(&self) -> &QpCore {
+        &self.core
+    }
 }
 
 impl Qp {
@@ -99,78 +57,18 @@ impl Qp {
         caps: Caps,
         sq_sig_all: bool,
     ) -> std::io::Result<Qp> {
-        let qpn = sh.alloc_qpn()?;
-        let guard = QpnGuard { sh: &sh, qpn };
-        let sq = Ring::new(
-            ring::RING_KIND_SQ,
-            caps.max_send_wr.max(1),
-            ring::send_stride(caps.max_send_sge, caps.max_inline),
-            qpn,
-        )?;
-        let rq = match srq {
-            Some(_) => None,
-            None => Some(Ring::new(
-                ring::RING_KIND_RQ,
-                caps.max_recv_wr.max(1),
-                ring::recv_stride(caps.max_recv_sge),
-                qpn,
-            )?),
-        };
-        let entries = sq.entries;
-        std::mem::forget(guard);
+        let core = QpCore::new(sh, pd, send_cq, recv_cq, srq, caps, sq_sig_all)?;
         Ok(Qp {
-            qpn,
-            pd,
-            send_cq,
-            recv_cq,
-            srq,
-            caps,
-            sq_sig_all,
-            sq,
-            rq,
-            sq_post: Mutex::new(()),
-            rq_post: Mutex::new(()),
-            state: AtomicU32::new(IBV_QPS_RESET),
-            attrs: Mutex::new(Attrs::default()),
             cm: Mutex::new(cm::Cm::default()),
             rx: Mutex::new(rx::Rx::default()),
-            tx: Mutex::new(tx::Tx::new(entries)),
-            tx_want: AtomicBool::new(false),
-            tx_blocked: AtomicBool::new(false),
-            rx_eof: AtomicBool::new(false),
-            handle: AtomicUsize::new(0),
-            destroyed: AtomicBool::new(false),
-            last_error: AtomicU32::new(IBV_WC_SUCCESS),
-            deferred: Mutex::new(None),
-            sh,
+            tx: TxCell::new(core.sq.entries),
+            core,
         })
     }
 
-    pub fn state(&self) -> u32 {
-        self.state.load(Ordering::Acquire)
-    }
-
-    /// The transmit side, for work other than transmitting. Whoever holds it
-    /// makes [`tx::kick`] give up on other threads (it only try-locks and leaves
-    /// `tx_want` set), so the guard transmits on their behalf when released.
+    /// The transmit side, for work other than transmitting (see [`TxCell::lock`]).
     pub fn lock_tx(&self) -> TxGuard<'_> {
-        TxGuard {
-            g: Some(self.tx.lock().unwrap_or_else(|e| e.into_inner())),
-            qp: self,
-        }
-    }
-
-    /// [`Qp::lock_tx`] if nobody holds it now.
-    pub fn try_lock_tx(&self) -> Option<TxGuard<'_>> {
-        let g = match self.tx.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        };
-        Some(TxGuard {
-            g: Some(g),
-            qp: self,
-        })
+        self.tx.lock(&self.core)
     }
 
     pub fn lock_rx(&self) -> MutexGuard<'_, rx::Rx> {
@@ -179,6 +77,11 @@ impl Qp {
 
     pub fn lock_cm(&self) -> MutexGuard<'_, cm::Cm> {
         self.cm.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Transmits whatever can go (see [`TxCell::kick`]).
+    pub fn kick(&self) {
+        self.tx.kick(&self.core)
     }
 
     /// Writes send WQEs into the SQ ring. `Err((index, errno))` names the first refused.
@@ -201,153 +104,21 @@ impl Qp {
         wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
         need_room: usize,
     ) -> Result<(), (usize, i32)> {
-        self.sh.note_app_cpu();
-        let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
-        let guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
-        // Posting is allowed from INIT on; the WQEs wait for the connection (IB
-        // verbs 11.4.1.1). Checked under the lock: a reset sets RESET before it
-        // empties the ring under it, so nothing posted here outlives the reset.
-        if self.state() == IBV_QPS_RESET {
-            return Err((0, libc::EINVAL));
-        }
-        let mut p = self.sq.producer();
-        let free = limit.saturating_sub(p.wrapping_sub(self.sq.consumer()));
-        if need_room > free as usize {
-            return Err((0, libc::ENOMEM));
-        }
-        let mut result = Ok(());
-        for (i, item) in wqes.enumerate() {
-            let (mut wqe, body) = match item {
-                Ok(v) => v,
-                Err(e) => {
-                    result = Err((i, e));
-                    break;
-                }
-            };
-            if p.wrapping_sub(self.sq.consumer()) >= limit {
-                result = Err((i, libc::ENOMEM));
-                break;
-            }
-            if self.sq_sig_all {
-                wqe.flags |= ring::wqe_flag::SIGNALED;
-            }
-            // SAFETY: slot `p` is free (fewer than `entries` in use) and producers are
-            // serialised by `sq_post`; the body fits the stride (checked by the caller
-            // against max_send_sge / max_inline, which sized the stride).
-            unsafe {
-                self.sq.write(p, 0, wqe);
-                match &body {
-                    SendBody::Sges(sges) => {
-                        for (k, s) in sges.iter().enumerate() {
-                            self.sq
-                                .write(p, size_of::<SendWqe>() + k * size_of::<Sge>(), *s);
-                        }
-                    }
-                    SendBody::Inline(bytes) => {
-                        std::ptr::copy_nonoverlapping(
-                            bytes.as_ptr(),
-                            self.sq.slot(p).add(size_of::<SendWqe>()),
-                            bytes.len(),
-                        );
-                    }
-                }
-            }
-            p = p.wrapping_add(1);
-            self.sq.publish(p);
-        }
-        drop(guard);
+        let r = self.core.write_send(wqes, need_room);
         if self.state() == IBV_QPS_ERR {
             self.flush();
         } else {
-            tx::kick(self);
-        }
-        result
-    }
-
-    pub fn post_recv(&self, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
-        let Some(rq) = &self.rq else {
-            return Err((0, libc::EINVAL));
-        };
-        let g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
-        // Under the lock, as for post_send.
-        if self.state() == IBV_QPS_RESET {
-            return Err((0, libc::EINVAL));
-        }
-        let r = post_recv_ring(rq, self.caps.max_recv_sge, jobs);
-        drop(g);
-        if self.state() == IBV_QPS_ERR {
-            self.flush();
+            self.kick();
         }
         r
     }
 
-    /// Next receive WQE for an incoming Send: from the SRQ or the QP's own RQ.
-    pub fn take_recv(&self) -> Option<RecvJob> {
-        match &self.srq {
-            Some(srq) => {
-                let (job, fired) = srq.take()?;
-                if fired {
-                    self.sh.srq_limit_event(srq.id);
-                }
-                Some(job)
-            }
-            None => take_recv_ring(self.rq.as_ref()?),
+    pub fn post_recv(&self, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
+        let r = self.core.write_recv(jobs);
+        if self.state() == IBV_QPS_ERR {
+            self.flush();
         }
-    }
-
-    /// Reports a send-side completion (in order) to the send CQ.
-    pub fn complete_send(&self, wqe: &SendWqe, status: u32) {
-        self.complete_send_len(wqe, status, None)
-    }
-
-    /// As [`Qp::complete_send`], with `len` for byte_len when given.
-    pub fn complete_send_len(&self, wqe: &SendWqe, status: u32, len: Option<u32>) {
-        let signaled = wqe.flags & ring::wqe_flag::SIGNALED != 0;
-        if status == IBV_WC_SUCCESS && !signaled {
-            return;
-        }
-        let opcode = match wqe.opcode {
-            ring::op::SEND | ring::op::SEND_INV | ring::op::SEND_IMM => IBV_WC_SEND,
-            ring::op::WRITE | ring::op::WRITE_IMM => IBV_WC_RDMA_WRITE,
-            ring::op::READ => IBV_WC_RDMA_READ,
-            ring::op::ATOMIC_CMP_SWP | ring::op::ATOMIC_MASKED_CMP_SWP | ring::op::ATOMIC_SWAP => {
-                IBV_WC_COMP_SWAP
-            }
-            ring::op::ATOMIC_FETCH_ADD | ring::op::ATOMIC_MASKED_FETCH_ADD => IBV_WC_FETCH_ADD,
-            ring::op::LOCAL_INV => IBV_WC_LOCAL_INV,
-            ring::op::ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
-            ring::op::FLUSH => WC_FLUSH,
-            ring::op::VERIFY => IBV_WC_DRIVER1,
-            _ => IBV_WC_SEND,
-        };
-        let byte_len = match wqe.opcode {
-            ring::op::READ => wqe.length,
-            ring::op::ATOMIC_CMP_SWP
-            | ring::op::ATOMIC_FETCH_ADD
-            | ring::op::ATOMIC_MASKED_CMP_SWP
-            | ring::op::ATOMIC_MASKED_FETCH_ADD
-            | ring::op::ATOMIC_SWAP
-            | ring::op::ATOMIC_WRITE => 8,
-            _ => 0,
-        };
-        let byte_len = len.unwrap_or(byte_len);
-        self.push_cqe(
-            &self.send_cq,
-            Cqe {
-                wr_id: wqe.wr_id,
-                byte_len,
-                qp_num: self.qpn,
-                opcode: opcode as u8,
-                status: status as u8,
-                ..Default::default()
-            },
-        );
-    }
-
-    pub fn push_cqe(&self, cq: &Cq, cqe: Cqe) {
-        if !cq.push(cqe) {
-            self.sh.cq_overflow(cq.id);
-        }
+        r
     }
 
     /// Moves the QP to the error state, closes the stream, reports `sq_status` for
@@ -405,7 +176,7 @@ impl Qp {
                 }
             }
             if !self.destroyed.load(Ordering::Acquire) {
-                self.sh.qp_event(self, event);
+                self.sh.qp_event(&self.handle, event);
             }
         }
         self.flush();
@@ -421,9 +192,9 @@ impl Qp {
         }
         self.sh.note_app_cpu();
         if self.tx_blocked.load(Ordering::Acquire) {
-            tx::kick(self);
+            self.kick();
         }
-        if let Err(f) = rx::poll_readable(self) {
+        if let Err(f) = rx::poll_readable(&self.core, &self.rx, &self.tx) {
             self.fail_with(f);
         }
     }
@@ -432,18 +203,12 @@ impl Qp {
     /// for a trim period; true while it still holds large ones.
     pub fn trim(&self) -> bool {
         let rx = self.rx.try_lock().map(|mut r| r.trim()).unwrap_or(true);
-        let tx = self.try_lock_tx().map(|mut t| t.trim()).unwrap_or(true);
+        let tx = self
+            .tx
+            .try_lock(&self.core)
+            .map(|mut t| t.trim())
+            .unwrap_or(true);
         rx || tx
-    }
-
-    /// Records a failure for the progress thread to apply (the first one wins).
-    pub fn defer_fail(&self, f: rx::Fail) {
-        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-        if d.is_none() {
-            *d = Some(f);
-            drop(d);
-            self.sh.defer_fail(self.qpn);
-        }
     }
 
     /// Applies a deferred failure; called with no locks held.
@@ -467,7 +232,7 @@ impl Qp {
 
     /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
     /// Must be called with none of this QP's locks held.
-    pub fn fail_with(&self, f: rx::Fail) {
+    pub fn fail_with(&self, f: Fail) {
         if f.term.is_none() {
             // A responder's stream that ends before the initiator's first FPDU
             // belonged to an abandoned attempt: wait for the next one instead.
@@ -486,7 +251,7 @@ impl Qp {
             if let Some(fd) = tx.fd {
                 tx.engine.terminate(body);
                 for _ in 0..20 {
-                    if tx.run(self).is_err() || !tx.pending() {
+                    if tx.run(&self.core).is_err() || !tx.pending() {
                         break;
                     }
                     let mut pfd = libc::pollfd {
@@ -507,19 +272,6 @@ impl Qp {
         );
     }
 
-    pub(crate) fn complete_recv_error(&self, job: &RecvJob, status: u32) {
-        self.push_cqe(
-            &self.recv_cq,
-            Cqe {
-                wr_id: job.wr_id,
-                qp_num: self.qpn,
-                opcode: IBV_WC_RECV as u8,
-                status: status as u8,
-                ..Default::default()
-            },
-        );
-    }
-
     /// Completes every outstanding WQE with IBV_WC_WR_FLUSH_ERR (the first SQ one
     /// with the recorded error status). Only in the error state.
     pub fn flush(&self) {
@@ -532,14 +284,14 @@ impl Qp {
                 self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
             }
             let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
-            while let Some(job) = take_recv_ring(rq) {
+            while let Some(job) = crate::queue::take_recv_ring(rq) {
                 self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
             }
         } else if let Some(job) = self.lock_rx().engine.take_current() {
             self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
         }
         let mut tx = self.lock_tx();
-        tx.flush(self);
+        tx.flush(&self.core);
     }
 
     /// Brings the QP back to RESET: empty queues, fresh protocol state, same QPN.
@@ -567,65 +319,92 @@ impl Qp {
     }
 }
 
-/// Gives the QP number back if construction fails half-way.
-struct QpnGuard<'a> {
-    sh: &'a Shared,
-    qpn: u32,
-}
-
-impl Drop for QpnGuard<'_> {
-    fn drop(&mut self) {
-        self.sh.free_qpn(self.qpn);
-    }
-}
-
 impl crate::cq::Assist for Qp {
     fn assist(&self) {
         Qp::assist(self)
     }
 }
 
-impl Drop for Qp {
-    fn drop(&mut self) {
-        self.sh.free_qpn(self.qpn);
+impl cm::Link for Qp {
+    fn expects_rtr(&self) -> bool {
+        self.lock_rx().expects_rtr()
+    }
+
+    fn attach_stream(&self, fd: RawFd, recv: recv::Params, send: send::Params) {
+        let mut rx = self.lock_rx();
+        let mut tx = self.lock_tx();
+        rx.establish(fd, recv);
+        tx.fd = Some(fd);
+        tx.engine.establish(send);
+    }
+
+    fn detach_stream(&self) {
+        Qp::detach_stream(self)
+    }
+
+    fn kick(&self) {
+        Qp::kick(self)
     }
 }
 
-/// The payload of a send WQE as posted.
-pub enum SendBody {
-    Sges(SgeList),
-    Inline(InlineBytes),
-}
-
-/// A work request's SGEs: a few without a heap allocation.
-pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
-/// Inline payload, copied at post time (at most `MAX_INLINE` bytes).
-pub type InlineBytes = smallvec::SmallVec<[u8; 64]>;
-
-/// See [`Qp::lock_tx`].
-pub struct TxGuard<'a> {
-    g: Option<MutexGuard<'a, tx::Tx>>,
-    qp: &'a Qp,
-}
-
-impl std::ops::Deref for TxGuard<'_> {
-    type Target = tx::Tx;
-    fn deref(&self) -> &tx::Tx {
-        self.g.as_ref().expect("held until dropped")
+impl Endpoint for Qp {
+    fn pd(&self) -> u32 {
+        self.pd
     }
-}
 
-impl std::ops::DerefMut for TxGuard<'_> {
-    fn deref_mut(&mut self) -> &mut tx::Tx {
-        self.g.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for TxGuard<'_> {
-    fn drop(&mut self) {
-        drop(self.g.take());
-        if self.qp.tx_want.load(Ordering::SeqCst) {
-            tx::kick(self.qp);
+    fn on_connection(&self, writable: bool) {
+        let r = self.lock_cm().on_sock(self, writable);
+        if let Err(why) = r {
+            self.fail(&why, None, None, IBV_EVENT_QP_FATAL);
         }
+    }
+
+    fn on_stream(&self, readable: bool, writable: bool) {
+        if readable {
+            if let Err(f) = rx::on_readable(&self.core, &self.rx, &self.tx) {
+                return self.fail_with(f);
+            }
+        }
+        if writable {
+            self.kick();
+        }
+    }
+
+    fn tick(&self, now: Instant) -> bool {
+        let r = self.lock_cm().tick(&self.core, now);
+        r.unwrap_or_else(|why| {
+            self.fail(&why, None, None, IBV_EVENT_QP_FATAL);
+            false
+        })
+    }
+
+    fn adopt(&self, fd: OwnedFd, req: Request) {
+        let r = self.lock_cm().adopt(self, fd, req);
+        if let Err(why) = r {
+            self.fail(&why, None, None, IBV_EVENT_QP_FATAL);
+        }
+    }
+
+    fn apply_deferred(&self) {
+        Qp::apply_deferred(self)
+    }
+
+    fn trim(&self) -> bool {
+        Qp::trim(self)
+    }
+
+    fn media(&self, ticket: u64, req: &Inbound) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            tx::execute(&self.core, req)
+        }))
+        .unwrap_or_else(|_| Err(Fail::stream("internal error in the media worker")));
+        let taken = self.lock_tx().media_done(ticket, r);
+        if taken {
+            self.kick();
+        }
+    }
+
+    fn fail_fatal(&self, why: &str) {
+        self.fail(why, None, None, IBV_EVENT_QP_FATAL)
     }
 }

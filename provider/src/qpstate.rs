@@ -8,7 +8,6 @@ use crate::context::NO_EVENT;
 use crate::devinfo;
 use crate::log;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
-use crate::tx;
 
 fn allowed(cur: u32, new: u32) -> bool {
     matches!(
@@ -173,7 +172,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
                 t.engine.set_ord(a.max_rd_atomic as u32);
             }
             advance(qp, cur, IBV_QPS_RTS)?;
-            tx::kick(qp);
+            qp.kick();
         }
         s => qp.state.store(s, Ordering::Release),
     }

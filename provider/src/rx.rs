@@ -2,7 +2,7 @@
 //! receive side over it ([`xiw_engine::recv`]); the engine reaches registered
 //! memory, the receive queue and the queue 1 state through [`Placer`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use xiw_abi::ring::{Cqe, Sge};
 use xiw_abi::verbs::*;
@@ -11,9 +11,9 @@ use xiw_engine::send::ReadArrival;
 
 use crate::ibv;
 use crate::mem::AccessError;
-use crate::qp::{Qp, RecvJob};
-use crate::queue::sge_spans;
-use crate::tx::{self, Inbound, Outstanding};
+use crate::qpcore::QpCore;
+use crate::queue::{sge_spans, RecvJob};
+use crate::tx::{Inbound, Outstanding, TxCell};
 use crate::wire::mpa;
 
 pub use xiw_engine::fault::{Fail, Status};
@@ -77,20 +77,20 @@ impl Rx {
 ///
 /// The buffer starts small and grows (up to `RX_BUF_MAX`) only while the stream
 /// keeps it full or an FPDU needs the room, so an idle QP holds little memory.
-pub fn on_readable(qp: &Qp) -> Result<(), Fail> {
-    read_stream(qp, qp.lock_rx())
+pub fn on_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
+    read_stream(qp, rx.lock().unwrap_or_else(|e| e.into_inner()), tx)
 }
 
 /// As [`on_readable`], unless another thread is receiving on this QP already.
-pub fn poll_readable(qp: &Qp) -> Result<(), Fail> {
-    match qp.rx.try_lock() {
-        Ok(rx) => read_stream(qp, rx),
-        Err(std::sync::TryLockError::WouldBlock) => Ok(()),
-        Err(std::sync::TryLockError::Poisoned(p)) => read_stream(qp, p.into_inner()),
+pub fn poll_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
+    match rx.try_lock() {
+        Ok(rx) => read_stream(qp, rx, tx),
+        Err(TryLockError::WouldBlock) => Ok(()),
+        Err(TryLockError::Poisoned(p)) => read_stream(qp, p.into_inner(), tx),
     }
 }
 
-fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fail> {
+fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
     loop {
         let need = mpa::peek_fpdu_len(&rx.buf).unwrap_or(0).max(RX_BUF_MIN);
@@ -148,6 +148,7 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
             let rx = &mut *rx;
             let mut host = Placer {
                 qp,
+                tx,
                 want_kick: &mut want_kick,
             };
             let (used, r) = rx.engine.handle(&mut host, &rx.buf);
@@ -155,7 +156,7 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
             r
         };
         if want_kick {
-            tx::kick(qp);
+            tx.kick(qp);
         }
         if let Err(f) = r {
             // The stream is dead from this byte on: no thread may place anything
@@ -172,7 +173,8 @@ fn read_stream(qp: &Qp, mut rx: std::sync::MutexGuard<'_, Rx>) -> Result<(), Fai
 
 /// The provider's side of the engine's receive path.
 struct Placer<'a> {
-    qp: &'a Qp,
+    qp: &'a QpCore,
+    tx: &'a TxCell,
     want_kick: &'a mut bool,
 }
 
@@ -278,12 +280,12 @@ impl recv::Host for Placer<'_> {
     }
 
     fn oldest_outstanding(&mut self) -> Option<Outstanding> {
-        self.qp.lock_tx().engine.orq.front().cloned()
+        self.tx.lock(self.qp).engine.orq.front().cloned()
     }
 
     fn read_arrived(&mut self, n: u64, last: bool) -> bool {
         let qp = self.qp;
-        let mut tx = qp.lock_tx();
+        let mut tx = self.tx.lock(qp);
         match tx.engine.read_arrived(n, last) {
             ReadArrival::Answered(idx) => {
                 tx.read_done(qp, idx, IBV_WC_SUCCESS);
@@ -298,7 +300,7 @@ impl recv::Host for Placer<'_> {
 
     fn answered(&mut self, len: Option<u32>) {
         let qp = self.qp;
-        let mut tx = qp.lock_tx();
+        let mut tx = self.tx.lock(qp);
         // Gone already if another thread flushed the QP meanwhile.
         if let Some(idx) = tx.engine.answer_oldest() {
             match len {
@@ -311,7 +313,7 @@ impl recv::Host for Placer<'_> {
     }
 
     fn queue_request(&mut self, req: Inbound) -> bool {
-        let queued = self.qp.lock_tx().engine.queue_request(req);
+        let queued = self.tx.lock(self.qp).engine.queue_request(req);
         *self.want_kick |= queued;
         queued
     }
@@ -322,13 +324,13 @@ impl recv::Host for Placer<'_> {
             &qp.sh.log,
             format_args!("qp {}: the peer's first FPDU came", qp.qpn),
         );
-        qp.lock_tx().engine.gate = false;
-        tx::kick(qp);
+        self.tx.lock(qp).engine.gate = false;
+        self.tx.kick(qp);
     }
 }
 
 /// Copies `data` into the SGE list at message offset `off`, checking each SGE.
-fn scatter(qp: &Qp, sges: &[Sge], off: u64, mut data: &[u8]) -> Result<(), AccessError> {
+fn scatter(qp: &QpCore, sges: &[Sge], off: u64, mut data: &[u8]) -> Result<(), AccessError> {
     for (lkey, addr, take) in sge_spans(sges, off, data.len()) {
         qp.sh
             .mrs

@@ -6,18 +6,18 @@
 //! lock; when the socket is full the progress thread finishes the job on EPOLLOUT.
 
 use std::mem::size_of;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
 use xiw_engine::send::{self, AtomicOp, Completion, Sender, Wr, WrClass, WrOp};
 
 use crate::mem::{self, AccessError, NEED_NONE};
-use crate::qp::{Qp, SgeList};
-use crate::queue::sge_spans;
-use crate::rx::Fail;
+use crate::qpcore::{QpCore, SgeList};
+use crate::queue::{sge_spans, MAX_SGE};
 use crate::wire::{atomic, commit, rdmap};
+pub use xiw_engine::fault::Fail;
 
 pub use xiw_engine::queue1::{flush_need, Inbound, ReadResp, VERIFY_MAX_HASH};
 
@@ -78,7 +78,7 @@ impl Tx {
     }
 
     /// Frames and writes whatever can go now.
-    pub fn run(&mut self, qp: &Qp) -> Result<(), Fail> {
+    pub fn run(&mut self, qp: &QpCore) -> Result<(), Fail> {
         let Some(fd) = self.fd else { return Ok(()) };
         loop {
             if self.engine.has_pending() {
@@ -123,7 +123,7 @@ impl Tx {
         Ok(())
     }
 
-    fn arm_out(&mut self, qp: &Qp, fd: i32, on: bool) {
+    fn arm_out(&mut self, qp: &QpCore, fd: i32, on: bool) {
         if self.want_out != on {
             self.want_out = on;
             qp.tx_blocked.store(on, Ordering::Release);
@@ -132,7 +132,7 @@ impl Tx {
         }
     }
 
-    fn complete_written(&mut self, qp: &Qp) {
+    fn complete_written(&mut self, qp: &QpCore) {
         let Tx {
             engine,
             next,
@@ -146,7 +146,7 @@ impl Tx {
     /// Reports finished SQ WQEs, strictly in order (RFC 5040 section 5.5). The slots
     /// are released before the completions become visible, so an application that
     /// sees a completion can always post again.
-    pub fn complete_ready(&mut self, qp: &Qp) {
+    pub fn complete_ready(&mut self, qp: &QpCore) {
         let mut c = qp.sq.consumer();
         while c != self.next {
             let (status, len) = match *self.slot(c) {
@@ -170,19 +170,19 @@ impl Tx {
     }
 
     /// Marks the oldest outstanding queue 1 request as answered.
-    pub fn read_done(&mut self, qp: &Qp, idx: u32, status: u32) {
+    pub fn read_done(&mut self, qp: &QpCore, idx: u32, status: u32) {
         *self.slot(idx) = Some(Slot::Done(status));
         self.complete_ready(qp);
     }
 
     /// As [`Tx::read_done`], with the byte count to report.
-    pub fn response_done(&mut self, qp: &Qp, idx: u32, len: u32) {
+    pub fn response_done(&mut self, qp: &QpCore, idx: u32, len: u32) {
         *self.slot(idx) = Some(Slot::DoneLen(IBV_WC_SUCCESS, len));
         self.complete_ready(qp);
     }
 
     /// Completes every outstanding SQ WQE in error; the QP is in the error state.
-    pub fn flush(&mut self, qp: &Qp) {
+    pub fn flush(&mut self, qp: &QpCore) {
         self.fd = None;
         self.engine.abort();
         self.complete_ready(qp);
@@ -215,7 +215,7 @@ impl Tx {
 /// The provider's side of the engine's transmit path: the send queue ring,
 /// the MR table and the media worker.
 struct SqHost<'a> {
-    qp: &'a Qp,
+    qp: &'a QpCore,
     next: &'a mut u32,
     slots: &'a mut [Option<Slot>],
 }
@@ -256,7 +256,7 @@ impl send::SendHost for SqHost<'_> {
                 len: wqe.length,
             }
         } else {
-            let n = (wqe.num_sge as usize).min(crate::qp::MAX_SGE as usize);
+            let n = (wqe.num_sge as usize).min(MAX_SGE as usize);
             // SAFETY: as above; `num_sge` was bounded by max_send_sge at post time.
             Body::Sges(
                 (0..n)
@@ -470,14 +470,14 @@ impl From<mem::AccessError> for Refused {
 /// Carries out a queue 1 request from the peer (other than a Read) and returns
 /// its response; a failure ends in a Terminate that names the request
 /// (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
-pub fn execute(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
+pub fn execute(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
     carry_out(qp, req).map_err(|r| match r {
         Refused::Access(e) => Fail::protection(e, req.ddp_header(), None, "request refused"),
         Refused::Failed(why) => Fail::operation_failed(req.ddp_header(), &why),
     })
 }
 
-fn carry_out(qp: &Qp, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Refused> {
+fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Refused> {
     let mrs = &qp.sh.mrs;
     let pd = qp.pd;
     let failed = |why: &str| Refused::Failed(why.into());
@@ -634,28 +634,105 @@ pub fn verify_expected(wqe: &SendWqe) -> ([u8; VERIFY_MAX_HASH], usize) {
     (h, (wqe.op_flags as usize).min(VERIFY_MAX_HASH))
 }
 
-/// Transmits on the calling thread if no one else is; otherwise leaves a note
-/// that the current holder picks up before it lets go. Callable with the QP's
-/// cm or rx lock held.
-pub fn kick(qp: &Qp) {
-    qp.tx_want.store(true, Ordering::SeqCst);
-    loop {
-        let mut tx = match qp.tx.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::WouldBlock) => return,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        };
-        qp.tx_want.store(false, Ordering::SeqCst);
-        let r = tx.run(qp);
-        drop(tx);
-        if let Err(f) = r {
-            // The caller may hold this QP's cm or rx lock, which failing takes:
-            // the progress thread applies the failure with no locks held.
-            qp.defer_fail(f);
-            return;
+/// A QP's transmit side behind its lock. Whoever holds the lock transmits
+/// for everyone: [`TxCell::kick`] only try-locks, and leaves a note that the
+/// holder picks up before it lets go (see [`TxGuard`]).
+pub struct TxCell {
+    tx: Mutex<Tx>,
+    /// Someone asked for transmission while the lock was held.
+    want: AtomicBool,
+}
+
+impl TxCell {
+    pub fn new(entries: u32) -> TxCell {
+        TxCell {
+            tx: Mutex::new(Tx::new(entries)),
+            want: AtomicBool::new(false),
         }
-        if !qp.tx_want.load(Ordering::SeqCst) {
-            return;
+    }
+
+    /// The transmit side, for work other than transmitting; it transmits on
+    /// behalf of other threads when released, if they asked meanwhile.
+    pub fn lock<'a>(&'a self, qp: &'a QpCore) -> TxGuard<'a> {
+        TxGuard {
+            g: Some(self.tx.lock().unwrap_or_else(|e| e.into_inner())),
+            cell: self,
+            qp,
+        }
+    }
+
+    /// [`TxCell::lock`] if nobody holds it now.
+    pub fn try_lock<'a>(&'a self, qp: &'a QpCore) -> Option<TxGuard<'a>> {
+        let g = match self.tx.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::WouldBlock) => return None,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        Some(TxGuard {
+            g: Some(g),
+            cell: self,
+            qp,
+        })
+    }
+
+    /// Someone asked for transmission while the lock was held (and it was not
+    /// released since).
+    pub fn wanted(&self) -> bool {
+        self.want.load(Ordering::SeqCst)
+    }
+
+    /// Transmits on the calling thread if no one else is; otherwise leaves a
+    /// note that the current holder picks up before it lets go. Callable with
+    /// the QP's cm or rx lock held.
+    pub fn kick(&self, qp: &QpCore) {
+        self.want.store(true, Ordering::SeqCst);
+        loop {
+            let mut tx = match self.tx.try_lock() {
+                Ok(g) => g,
+                Err(TryLockError::WouldBlock) => return,
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            };
+            self.want.store(false, Ordering::SeqCst);
+            let r = tx.run(qp);
+            drop(tx);
+            if let Err(f) = r {
+                // The caller may hold this QP's cm or rx lock, which failing takes:
+                // the progress thread applies the failure with no locks held.
+                qp.defer_fail(f);
+                return;
+            }
+            if !self.want.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+}
+
+/// See [`TxCell::lock`].
+pub struct TxGuard<'a> {
+    g: Option<MutexGuard<'a, Tx>>,
+    cell: &'a TxCell,
+    qp: &'a QpCore,
+}
+
+impl std::ops::Deref for TxGuard<'_> {
+    type Target = Tx;
+    fn deref(&self) -> &Tx {
+        self.g.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for TxGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Tx {
+        self.g.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for TxGuard<'_> {
+    fn drop(&mut self) {
+        drop(self.g.take());
+        if self.cell.wanted() {
+            self.cell.kick(self.qp);
         }
     }
 }

@@ -29,7 +29,7 @@ pub(super) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
         // SAFETY: pd is ours.
         let (p, sh) = unsafe { (pd_of(pd), shared((*pd).context)) };
         let id = p.id;
-        let (mrs, qps) = (sh.mrs.count_for_pd(id), sh.qps_using(|q| q.pd == id));
+        let (mrs, qps) = (sh.mrs.count_for_pd(id), sh.pd_has_qps(id));
         if mrs > 0 || qps {
             crate::log::debug(
                 &sh.log,

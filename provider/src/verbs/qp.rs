@@ -176,7 +176,7 @@ pub(super) fn new_qp(
         );
     }
     q.handle.store(b as usize, Ordering::Release);
-    sh.register_qp(q);
+    sh.register_qp(q.qpn, q);
     Ok(b as *mut ibv_qp)
 }
 
@@ -243,7 +243,7 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         unsafe { retire_events(sh, qp) };
         // Let the last bytes go out: hand whatever is still staged to the socket
         // once more, then close the stream gracefully.
-        crate::tx::kick(q);
+        q.kick();
         q.detach_stream();
         q.lock_cm().close(sh);
         sh.unregister_qp(q.qpn);

@@ -1,0 +1,334 @@
+//! What a queue pair is apart from its stream: its number, work queue rings,
+//! completion queues, state and attributes, and the reporting of completions.
+//! The data path (`tx`, `rx`) and connection setup (`cm`) work on it; the
+//! `qp` module puts them together.
+
+use std::mem::size_of;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use xiw_abi::ring::{self, Cqe, SendWqe, Sge};
+use xiw_abi::verbs::*;
+use xiw_engine::fault::Fail;
+
+use crate::context::Shared;
+use crate::cq::Cq;
+use crate::queue::{post_recv_ring, take_recv_ring, RecvJob, Ring};
+use crate::srq::Srq;
+
+pub const MAX_QP_WR: u32 = 16384;
+pub use crate::queue::MAX_SGE;
+pub const MAX_INLINE: u32 = 256;
+/// IRD/ORD limit (RFC 6581 allows 14 bits; this is what xiw provisions).
+pub const MAX_RD_ATOMIC: u32 = 128;
+/// `IBV_WC_FLUSH` of rdma-core 45 and later (absent from 44's verbs.h).
+pub const WC_FLUSH: u32 = 8;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline: u32,
+}
+
+/// Attributes set through modify_qp, reported by query_qp.
+#[derive(Clone, Copy, Default)]
+pub struct Attrs {
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub port_num: u8,
+    pub path_mtu: u32,
+    pub dest_qp_num: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub ah_attr: ibv_ah_attr,
+}
+
+pub struct QpCore {
+    pub qpn: u32,
+    pub sh: Arc<Shared>,
+    pub pd: u32,
+    pub send_cq: Arc<Cq>,
+    pub recv_cq: Arc<Cq>,
+    pub srq: Option<Arc<Srq>>,
+    pub caps: Caps,
+    pub sq_sig_all: bool,
+    pub sq: Ring,
+    pub rq: Option<Ring>,
+    /// Serialises the producers of `sq` (and a reset emptying it).
+    pub sq_post: Mutex<()>,
+    /// Serialises the producers of `rq` (and those emptying it).
+    pub rq_post: Mutex<()>,
+    /// `enum ibv_qp_state`, mirrored for lock-free checks on the posting path.
+    pub state: AtomicU32,
+    pub attrs: Mutex<Attrs>,
+    /// The socket was full last time: bytes are waiting to go out.
+    pub tx_blocked: AtomicBool,
+    /// The peer closed its end: nothing more to read, sending goes on.
+    pub rx_eof: AtomicBool,
+    /// The `ibv_qp` the application holds, for async events; 0 once destroyed.
+    pub handle: AtomicUsize,
+    pub destroyed: AtomicBool,
+    /// First error status reported for the SQ head when the QP fails.
+    pub last_error: AtomicU32,
+    /// A failure found where it could not be acted on (see [`QpCore::defer_fail`]).
+    pub deferred: Mutex<Option<Fail>>,
+}
+
+impl QpCore {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        sh: Arc<Shared>,
+        pd: u32,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
+        caps: Caps,
+        sq_sig_all: bool,
+    ) -> std::io::Result<QpCore> {
+        let qpn = sh.alloc_qpn()?;
+        let guard = QpnGuard { sh: &sh, qpn };
+        let sq = Ring::new(
+            ring::RING_KIND_SQ,
+            caps.max_send_wr.max(1),
+            ring::send_stride(caps.max_send_sge, caps.max_inline),
+            qpn,
+        )?;
+        let rq = match srq {
+            Some(_) => None,
+            None => Some(Ring::new(
+                ring::RING_KIND_RQ,
+                caps.max_recv_wr.max(1),
+                ring::recv_stride(caps.max_recv_sge),
+                qpn,
+            )?),
+        };
+        std::mem::forget(guard);
+        Ok(QpCore {
+            qpn,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            caps,
+            sq_sig_all,
+            sq,
+            rq,
+            sq_post: Mutex::new(()),
+            rq_post: Mutex::new(()),
+            state: AtomicU32::new(IBV_QPS_RESET),
+            attrs: Mutex::new(Attrs::default()),
+            tx_blocked: AtomicBool::new(false),
+            rx_eof: AtomicBool::new(false),
+            handle: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+            last_error: AtomicU32::new(IBV_WC_SUCCESS),
+            deferred: Mutex::new(None),
+            sh,
+        })
+    }
+
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// Writes send WQEs into the SQ ring; with `need_room`, all of them or
+    /// (when the ring lacks room) none. `Err((index, errno))` names the first
+    /// refused. The caller starts transmission.
+    pub fn write_send(
+        &self,
+        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
+        need_room: usize,
+    ) -> Result<(), (usize, i32)> {
+        self.sh.note_app_cpu();
+        let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
+        let _guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        // Posting is allowed from INIT on; the WQEs wait for the connection (IB
+        // verbs 11.4.1.1). Checked under the lock: a reset sets RESET before it
+        // empties the ring under it, so nothing posted here outlives the reset.
+        if self.state() == IBV_QPS_RESET {
+            return Err((0, libc::EINVAL));
+        }
+        let mut p = self.sq.producer();
+        let free = limit.saturating_sub(p.wrapping_sub(self.sq.consumer()));
+        if need_room > free as usize {
+            return Err((0, libc::ENOMEM));
+        }
+        for (i, item) in wqes.enumerate() {
+            let (mut wqe, body) = item.map_err(|e| (i, e))?;
+            if p.wrapping_sub(self.sq.consumer()) >= limit {
+                return Err((i, libc::ENOMEM));
+            }
+            if self.sq_sig_all {
+                wqe.flags |= ring::wqe_flag::SIGNALED;
+            }
+            // SAFETY: slot `p` is free (fewer than `entries` in use) and producers are
+            // serialised by `sq_post`; the body fits the stride (checked by the caller
+            // against max_send_sge / max_inline, which sized the stride).
+            unsafe {
+                self.sq.write(p, 0, wqe);
+                match &body {
+                    SendBody::Sges(sges) => {
+                        for (k, s) in sges.iter().enumerate() {
+                            self.sq
+                                .write(p, size_of::<SendWqe>() + k * size_of::<Sge>(), *s);
+                        }
+                    }
+                    SendBody::Inline(bytes) => {
+                        std::ptr::copy_nonoverlapping(
+                            bytes.as_ptr(),
+                            self.sq.slot(p).add(size_of::<SendWqe>()),
+                            bytes.len(),
+                        );
+                    }
+                }
+            }
+            p = p.wrapping_add(1);
+            self.sq.publish(p);
+        }
+        Ok(())
+    }
+
+    /// Writes receive WQEs into the QP's own receive queue ring.
+    pub fn write_recv(&self, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
+        let Some(rq) = &self.rq else {
+            return Err((0, libc::EINVAL));
+        };
+        let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+        // Under the lock, as for posting sends.
+        if self.state() == IBV_QPS_RESET {
+            return Err((0, libc::EINVAL));
+        }
+        post_recv_ring(rq, self.caps.max_recv_sge, jobs)
+    }
+
+    /// Next receive WQE for an incoming Send: from the SRQ or the QP's own RQ.
+    pub fn take_recv(&self) -> Option<RecvJob> {
+        match &self.srq {
+            Some(srq) => {
+                let (job, fired) = srq.take()?;
+                if fired {
+                    self.sh.srq_limit_event(srq.id);
+                }
+                Some(job)
+            }
+            None => take_recv_ring(self.rq.as_ref()?),
+        }
+    }
+
+    /// Reports a send-side completion (in order) to the send CQ.
+    pub fn complete_send(&self, wqe: &SendWqe, status: u32) {
+        self.complete_send_len(wqe, status, None)
+    }
+
+    /// As [`QpCore::complete_send`], with `len` for byte_len when given.
+    pub fn complete_send_len(&self, wqe: &SendWqe, status: u32, len: Option<u32>) {
+        let signaled = wqe.flags & ring::wqe_flag::SIGNALED != 0;
+        if status == IBV_WC_SUCCESS && !signaled {
+            return;
+        }
+        let opcode = match wqe.opcode {
+            ring::op::SEND | ring::op::SEND_INV | ring::op::SEND_IMM => IBV_WC_SEND,
+            ring::op::WRITE | ring::op::WRITE_IMM => IBV_WC_RDMA_WRITE,
+            ring::op::READ => IBV_WC_RDMA_READ,
+            ring::op::ATOMIC_CMP_SWP | ring::op::ATOMIC_MASKED_CMP_SWP | ring::op::ATOMIC_SWAP => {
+                IBV_WC_COMP_SWAP
+            }
+            ring::op::ATOMIC_FETCH_ADD | ring::op::ATOMIC_MASKED_FETCH_ADD => IBV_WC_FETCH_ADD,
+            ring::op::LOCAL_INV => IBV_WC_LOCAL_INV,
+            ring::op::ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
+            ring::op::FLUSH => WC_FLUSH,
+            ring::op::VERIFY => IBV_WC_DRIVER1,
+            _ => IBV_WC_SEND,
+        };
+        let byte_len = match wqe.opcode {
+            ring::op::READ => wqe.length,
+            ring::op::ATOMIC_CMP_SWP
+            | ring::op::ATOMIC_FETCH_ADD
+            | ring::op::ATOMIC_MASKED_CMP_SWP
+            | ring::op::ATOMIC_MASKED_FETCH_ADD
+            | ring::op::ATOMIC_SWAP
+            | ring::op::ATOMIC_WRITE => 8,
+            _ => 0,
+        };
+        let byte_len = len.unwrap_or(byte_len);
+        self.push_cqe(
+            &self.send_cq,
+            Cqe {
+                wr_id: wqe.wr_id,
+                byte_len,
+                qp_num: self.qpn,
+                opcode: opcode as u8,
+                status: status as u8,
+                ..Default::default()
+            },
+        );
+    }
+
+    pub fn push_cqe(&self, cq: &Cq, cqe: Cqe) {
+        if !cq.push(cqe) {
+            self.sh.cq_overflow(cq.id);
+        }
+    }
+
+    pub fn complete_recv_error(&self, job: &RecvJob, status: u32) {
+        self.push_cqe(
+            &self.recv_cq,
+            Cqe {
+                wr_id: job.wr_id,
+                qp_num: self.qpn,
+                opcode: IBV_WC_RECV as u8,
+                status: status as u8,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Records a failure for the progress thread to apply (the first one wins),
+    /// for a path that holds locks failing takes.
+    pub fn defer_fail(&self, f: Fail) {
+        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        if d.is_none() {
+            *d = Some(f);
+            drop(d);
+            self.sh.defer_fail(self.qpn);
+        }
+    }
+}
+
+/// Gives the QP number back if construction fails half-way.
+struct QpnGuard<'a> {
+    sh: &'a Shared,
+    qpn: u32,
+}
+
+impl Drop for QpnGuard<'_> {
+    fn drop(&mut self) {
+        self.sh.free_qpn(self.qpn);
+    }
+}
+
+impl Drop for QpCore {
+    fn drop(&mut self) {
+        self.sh.free_qpn(self.qpn);
+    }
+}
+
+/// The payload of a send WQE as posted.
+pub enum SendBody {
+    Sges(SgeList),
+    Inline(InlineBytes),
+}
+
+/// A work request's SGEs: a few without a heap allocation.
+pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
+/// Inline payload, copied at post time (at most `MAX_INLINE` bytes).
+pub type InlineBytes = smallvec::SmallVec<[u8; 64]>;

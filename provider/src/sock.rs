@@ -1,0 +1,208 @@
+//! The TCP side of standalone mode before the data path takes a stream:
+//! listening, accepting and connecting sockets, the MPA frames of the
+//! exchange, and xiw's own private data, which names the two QPs and the
+//! connection attempt.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+use xiw_engine::setup;
+
+use crate::wire::mpa;
+
+/// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
+pub const PD_MAGIC: &[u8; 4] = b"xiw1";
+pub const PD_LEN: usize = 12;
+/// Then, optionally, a word of flags (older xiw sent none: all clear).
+pub const PD_FLAGS_LEN: usize = 4;
+/// The sender speaks RFC 7306 and the commit draft.
+pub const PD_FLAG_EXTENSIONS: u32 = 1 << 0;
+/// The sender sends Send with Immediate as Immediate Data directly followed by
+/// its Send, and Immediate Data alone only right after an RDMA Write.
+pub const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
+/// Then, optionally, the connection attempt's stamp (older xiw sent none: 0).
+pub const PD_STAMP_LEN: usize = 8;
+
+/// A listening socket on the device address; returns it and its port.
+pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
+    let s = socket_for(addr)?;
+    s.bind(&SocketAddr::new(addr, 0).into())?;
+    // Many QPs may connect at once (perftest -q, MPI): use the system's limit.
+    s.listen(libc::SOMAXCONN)?;
+    let port = s
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?
+        .port();
+    Ok((s.into(), port))
+}
+
+/// Accepts one connection, non-blocking.
+pub fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
+    let (s, _) = SockRef::from(listener).accept().ok()?;
+    s.set_nonblocking(true).ok()?;
+    Some(s.into())
+}
+
+/// A Request xiw can take: well formed, with xiw's private data naming the
+/// QP it is for (`target`).
+pub fn parse_request(frame: &[u8]) -> Option<Request> {
+    let mpa = setup::Request::parse(frame).ok()?;
+    let p = parse_xiw(&mpa.data)?;
+    Some(Request {
+        target: p.to,
+        initiator_qpn: p.from,
+        stamp: p.stamp,
+        mpa,
+    })
+}
+
+/// Turns a connection away with an MPA Reply carrying the Reject bit.
+pub fn send_reject(fd: RawFd) {
+    let _ = write_all(fd, &setup::reject(mpa::REVISION_2, &[]));
+}
+
+/// An MPA Request as xiw reads it.
+pub struct Request {
+    pub target: u32,
+    pub mpa: setup::Request,
+    pub initiator_qpn: u32,
+    /// Which connection attempt of the initiator (0: a peer that sends none).
+    pub stamp: u64,
+}
+
+/// Reads exactly one MPA Request/Reply frame; `None` until it is complete.
+/// Nothing behind the frame is read: it belongs to the data path.
+pub fn read_frame(fd: RawFd, reader: &mut setup::FrameReader) -> io::Result<Option<Vec<u8>>> {
+    let mut chunk = [0u8; mpa::HEADER_LEN + mpa::MAX_PRIVATE_DATA];
+    loop {
+        let want = reader
+            .missing()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // SAFETY: receiving at most `want` (<= the chunk's size) bytes into a live buffer.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                chunk.as_mut_ptr() as *mut libc::c_void,
+                want.min(chunk.len()),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "peer closed during MPA setup",
+            ));
+        }
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                return Ok(None);
+            }
+            return Err(e);
+        }
+        let (_, frame) = reader
+            .feed(&chunk[..n as usize])
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        if frame.is_some() {
+            return Ok(frame);
+        }
+    }
+}
+
+/// xiw's private data: magic, sender and receiver QPN, flags, attempt stamp.
+pub fn private_data(from: u32, to: u32, flags: u32, stamp: u64) -> Vec<u8> {
+    let mut data = vec![0u8; PD_LEN + PD_FLAGS_LEN + PD_STAMP_LEN];
+    data[0..4].copy_from_slice(PD_MAGIC);
+    data[4..8].copy_from_slice(&from.to_be_bytes());
+    data[8..12].copy_from_slice(&to.to_be_bytes());
+    data[12..16].copy_from_slice(&flags.to_be_bytes());
+    data[16..24].copy_from_slice(&stamp.to_be_bytes());
+    data
+}
+
+/// What xiw's private data says.
+#[derive(Clone, Copy, Debug)]
+pub struct Private {
+    pub from: u32,
+    pub to: u32,
+    pub flags: u32,
+    pub stamp: u64,
+}
+
+/// xiw's own private data (after the RFC 6581 block): magic, sender and
+/// receiver QPN, then optionally flags and the attempt stamp.
+pub fn parse_xiw(data: &[u8]) -> Option<Private> {
+    if data.len() < PD_LEN || &data[..4] != PD_MAGIC {
+        return None;
+    }
+    let word = |at: usize| {
+        data.get(at..at + 4)
+            .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
+    };
+    let at = PD_LEN + PD_FLAGS_LEN;
+    let stamp = data
+        .get(at..at + PD_STAMP_LEN)
+        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
+        .unwrap_or(0);
+    Some(Private {
+        from: word(4)?,
+        to: word(8)?,
+        flags: word(PD_LEN).unwrap_or(0),
+        stamp,
+    })
+}
+
+pub fn canonical(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(a),
+        v4 => v4,
+    }
+}
+
+/// A non-blocking TCP socket for `addr`'s family (close-on-exec, as socket2 makes every socket).
+pub fn socket_for(addr: IpAddr) -> io::Result<Socket> {
+    let s = Socket::new(
+        Domain::for_address(SocketAddr::new(addr, 0)),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// Writes a small control frame on a fresh connection, waiting briefly if needed.
+pub fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !data.is_empty() {
+        // SAFETY: sending from a live slice on our socket.
+        let n = unsafe {
+            libc::send(
+                fd,
+                data.as_ptr() as *const libc::c_void,
+                data.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            data = &data[n as usize..];
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        if n < 0 && e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline {
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, 10) };
+            continue;
+        }
+        return Err(e);
+    }
+    Ok(())
+}
