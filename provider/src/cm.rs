@@ -497,6 +497,7 @@ impl Cm {
                     peer_ird: u32::from(agreed.peer_ird),
                     ord: attrs.max_rd_atomic as u32,
                     ird: u32::from(agreed.ird),
+                    inplace_min: qp.sh.cfg.inplace_min,
                 },
             );
         }

@@ -50,6 +50,9 @@ pub struct Config {
     pub spin: Duration,
     /// Largest DDP payload per FPDU (XIW_MULPDU).
     pub mulpdu: usize,
+    /// Payloads of at least this many bytes are sent from registered memory
+    /// in place on streams without CRC (XIW_INPLACE_MIN, 0: always copied).
+    pub inplace_min: usize,
     /// How long a QP whose peer closed in order stays up before it fails
     /// (XIW_LINGER_MS).
     pub linger: Duration,
@@ -79,6 +82,7 @@ impl Config {
             connect_timeout: Duration::from_millis(num("XIW_CONNECT_TIMEOUT_MS", 10_000)),
             spin: Duration::from_micros(num("XIW_SPIN_US", 0)),
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
+            inplace_min: num("XIW_INPLACE_MIN", 8192) as usize,
             linger: Duration::from_millis(num("XIW_LINGER_MS", 1000)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),

@@ -7,7 +7,7 @@
 //! deregistration waits for, so memory is never touched after `ibv_dereg_mr`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{RwLock, RwLockReadGuard};
 
 use crate::persist::{Hash, Media};
 
@@ -270,6 +270,14 @@ impl MrTable {
         })
     }
 
+    /// Runs `f` with the table held for reading: memory [`Reader::mem`]
+    /// resolves stays registered until `f` returns (deregistration waits).
+    pub fn with_reader<R>(&self, f: impl FnOnce(&Reader<'_>) -> R) -> R {
+        f(&Reader(
+            self.slots.read().unwrap_or_else(|e| e.into_inner()),
+        ))
+    }
+
     pub fn access_of(&self, stag: u32) -> Option<u32> {
         let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
         lookup(&s, stag).ok().map(|m| m.access)
@@ -278,6 +286,26 @@ impl MrTable {
     pub fn count_for_pd(&self, pd: u32) -> usize {
         let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
         s.mrs.iter().flatten().filter(|m| m.pd == pd).count()
+    }
+}
+
+/// The MR table held for reading (see [`MrTable::with_reader`]).
+pub struct Reader<'a>(RwLockReadGuard<'a, Slots>);
+
+impl Reader<'_> {
+    /// The host address of `[to, to+len)` of `stag`, after every check; valid
+    /// while the reader lives.
+    pub fn mem(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        len: usize,
+        need: u32,
+    ) -> Result<*const u8, AccessError> {
+        let mr = lookup(&self.0, stag)?;
+        mr.check(pd, to, len as u64, need, u32::MAX)
+            .map(|a| a as *const u8)
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
-use xiw_engine::send::{self, AtomicOp, Completion, Sender, Wr, WrClass, WrOp};
+use xiw_engine::send::{self, AtomicOp, Completion, Piece, Sender, Span, Wr, WrClass, WrOp};
 
 use crate::mem::{self, AccessError, NEED_NONE};
 use crate::qpcore::{QpCore, SgeList};
@@ -82,16 +82,20 @@ impl Tx {
         let Some(fd) = self.fd else { return Ok(()) };
         loop {
             if self.engine.has_pending() {
-                let out = self.engine.pending();
-                // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
-                // QP's stream, kept open until the QP is dropped.
-                let n = unsafe {
-                    libc::send(
-                        fd,
-                        out.as_ptr() as *const libc::c_void,
-                        out.len(),
-                        libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                    )
+                let n = if self.engine.has_spans() {
+                    send_pieces(&self.engine, qp, fd)?
+                } else {
+                    let out = self.engine.pending();
+                    // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
+                    // QP's stream, kept open until the QP is dropped.
+                    unsafe {
+                        libc::send(
+                            fd,
+                            out.as_ptr() as *const libc::c_void,
+                            out.len(),
+                            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                        )
+                    }
                 };
                 if n < 0 {
                     let e = std::io::Error::last_os_error();
@@ -210,6 +214,50 @@ impl Tx {
             qp.complete_send(wqe, *status);
         }
     }
+}
+
+/// Most pieces handed to the stream in one `sendmsg`.
+const MAX_IOV: usize = 64;
+
+/// Hands what the engine framed to the stream in one `sendmsg`: its own
+/// bytes, and the spans of registered memory large payloads are sent from in
+/// place, each checked again under the MR table's read lock, which is held
+/// until the kernel has copied them (deregistration waits for it). Returns
+/// what `send` returns; a span whose memory went away fails the QP once
+/// everything before it has gone.
+fn send_pieces(engine: &Sender<Arc<[Sge]>, Body>, qp: &QpCore, fd: i32) -> Result<isize, Fail> {
+    qp.sh.mrs.with_reader(|mrs| {
+        let mut iov: smallvec::SmallVec<[libc::iovec; MAX_IOV]> = smallvec::SmallVec::new();
+        let mut lost: Option<Span> = None;
+        engine.pieces(|p| {
+            let (base, len) = match p {
+                Piece::Bytes(b) => (b.as_ptr(), b.len()),
+                Piece::Span(s) => match mrs.mem(s.stag, qp.pd, s.to, s.len as usize, s.need) {
+                    Ok(at) => (at, s.len as usize),
+                    Err(_) => {
+                        lost = Some(s);
+                        return false;
+                    }
+                },
+            };
+            iov.push(libc::iovec {
+                iov_base: base as *mut libc::c_void,
+                iov_len: len,
+            });
+            iov.len() < MAX_IOV
+        });
+        if iov.is_empty() {
+            return Err(lost.map_or_else(|| Fail::stream("nothing to send"), |s| s.fault()));
+        }
+        // SAFETY: a zeroed msghdr is valid (no name, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
+        // SAFETY: every iovec points at initialised bytes: the engine's buffer,
+        // or registered memory checked under the read lock held here; `fd` is
+        // the QP's stream.
+        Ok(unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
+    })
 }
 
 /// The provider's side of the engine's transmit path: the send queue ring,
@@ -333,6 +381,43 @@ impl send::SendHost for SqHost<'_> {
         qp.sh
             .mrs
             .read(stag, qp.pd, to, n, IBV_ACCESS_REMOTE_READ, out)
+    }
+
+    fn locate(
+        &mut self,
+        p: &Body,
+        off: u64,
+        n: usize,
+        spans: &mut Vec<Span>,
+    ) -> Result<bool, AccessError> {
+        let Body::Sges(sges) = p else {
+            return Ok(false);
+        };
+        let qp = self.qp;
+        let mut found = 0;
+        for (lkey, addr, take) in sge_spans(sges, off, n) {
+            qp.sh
+                .mrs
+                .with_mem(lkey, qp.pd, addr, take, NEED_NONE, |_| ())?;
+            spans.push(Span {
+                stag: lkey,
+                to: addr,
+                len: take as u32,
+                need: NEED_NONE,
+            });
+            found += take;
+        }
+        if found != n {
+            return Err(AccessError::Bounds);
+        }
+        Ok(true)
+    }
+
+    fn check_span(&mut self, s: &Span) -> Result<(), AccessError> {
+        let qp = self.qp;
+        qp.sh
+            .mrs
+            .with_mem(s.stag, qp.pd, s.to, s.len as usize, s.need, |_| ())
     }
 
     fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {

@@ -10,7 +10,7 @@ use crate::fault::AccessFault;
 use crate::fault::{Fail, Status};
 use crate::queue1::{Inbound, Outstanding};
 use crate::recv::{self, Host, Receiver, RecvCompletion};
-use crate::send::{self, Completion, ReadArrival, Sender};
+use crate::send::{self, Completion, Piece, ReadArrival, Sender};
 use crate::setup;
 use crate::sim::{RecvOutcome, Sges, Sim, SimRecv};
 use crate::wire::mpa::Rtr;
@@ -141,9 +141,10 @@ impl Endpoint {
         loop {
             match self.tx.frame_more(&mut self.mem) {
                 Ok(more) => {
-                    let n = self.tx.pending().len();
-                    self.out.extend_from_slice(self.tx.pending());
-                    self.tx.advance(n);
+                    if let Err(f) = self.put_on_stream() {
+                        self.fail(f);
+                        break;
+                    }
                     self.tx.complete_written(&mut self.mem);
                     if !more {
                         break;
@@ -156,6 +157,30 @@ impl Endpoint {
             }
         }
         self.out.len() > before
+    }
+
+    /// Puts everything framed on the stream, reading spans in place as a
+    /// driver's writev does.
+    fn put_on_stream(&mut self) -> Result<(), Fail> {
+        let mut bytes = Vec::new();
+        let mut lost = None;
+        let mem = &self.mem;
+        self.tx.pieces(|p| match p {
+            Piece::Bytes(b) => {
+                bytes.extend_from_slice(b);
+                true
+            }
+            Piece::Span(s) => match mem.read_span(&s, &mut bytes) {
+                Ok(()) => true,
+                Err(_) => {
+                    lost = Some(s.fault());
+                    false
+                }
+            },
+        });
+        self.tx.advance(bytes.len());
+        self.out.extend_from_slice(&bytes);
+        lost.map_or(Ok(()), Err)
     }
 
     /// Takes in stream bytes.
@@ -197,7 +222,7 @@ impl Endpoint {
             self.tx.terminate(body);
             self.tx.gate = true;
             if self.tx.frame_more(&mut self.mem).is_ok() {
-                self.out.extend_from_slice(self.tx.pending());
+                let _ = self.put_on_stream();
             }
         }
         self.tx.abort();
@@ -235,6 +260,10 @@ impl Endpoint {
             && ids.len() == posted_recvs
     }
 }
+
+/// Payloads the pair's engines send in place on a stream without CRC: all
+/// but the smallest, so both ways of sending are exercised.
+pub const INPLACE_MIN: usize = 3;
 
 /// What goes wrong on the stream from side `from` to the other.
 #[derive(Clone, Copy, Debug, Default)]
@@ -288,6 +317,7 @@ impl Pair {
             peer_ird: ird,
             ord,
             ird,
+            inplace_min: INPLACE_MIN,
         };
         Pair::new(
             Endpoint::new(a, rp(false), sp(false, true)),
@@ -340,6 +370,7 @@ impl Pair {
                     peer_ird: u32::from(ag.peer_ird),
                     ord: u32::from(ag.ord),
                     ird: u32::from(ag.ird),
+                    inplace_min: INPLACE_MIN,
                 },
             )
         };

@@ -1,7 +1,12 @@
 //! The transmit side of a QP: work requests and queue 1 answers in, FPDUs out
 //! (RFC 5044 section 4, RFC 5041, RFC 5040, RFC 7306, draft-talpey-rdma-commit).
-//! The engine frames into its own buffer; the driver hands [`Sender::pending`]
-//! to the stream and reports what it took with [`Sender::advance`]. Payload,
+//! The engine frames into its own buffer; the driver hands what
+//! [`Sender::pieces`] lists to the stream and reports what it took with
+//! [`Sender::advance`]. Large payloads on a stream without CRC are not copied
+//! into the buffer: they are listed as [`Span`]s of registered memory, which
+//! the driver hands to the stream in place (writev). With CRC they are copied:
+//! the CRC must cover exactly the bytes sent, and memory the application or a
+//! peer may change meanwhile (a Read's source) cannot promise that. Payload,
 //! the send queue and the carrying out of requests are reached through the
 //! driver's [`SendHost`].
 
@@ -135,6 +140,41 @@ pub enum Completion {
     Error(Status),
 }
 
+/// A run of registered memory an FPDU's payload is sent from in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub stag: u32,
+    pub to: u64,
+    pub len: u32,
+    /// The rights the access needs: [`access::REMOTE_READ`] for a Read's
+    /// source, none for a work request's own buffers.
+    pub need: u32,
+}
+
+impl Span {
+    /// The failure when the span cannot be reached any more at transmission
+    /// (its MR deregistered meanwhile): as for a payload that cannot be gathered.
+    pub fn fault(&self) -> Fail {
+        if self.need & access::REMOTE_READ != 0 {
+            Fail::local(Status::Flushed, "read source deregistered while answering")
+        } else {
+            Fail::local(
+                Status::LocalProtection,
+                "send buffer deregistered while in flight",
+            )
+        }
+    }
+}
+
+/// A piece of what is framed and not yet taken by the stream.
+#[derive(Clone, Copy, Debug)]
+pub enum Piece<'a> {
+    /// Bytes of the sender's own buffer.
+    Bytes(&'a [u8]),
+    /// Registered memory, to be read in place.
+    Span(Span),
+}
+
 /// What the transmit side needs from the driver.
 pub trait SendHost {
     type Local: Clone;
@@ -164,6 +204,19 @@ pub trait SendHost {
         n: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), AccessFault>;
+    /// Appends the spans of registered memory that hold `n` payload bytes
+    /// from message offset `off`, each checked, to `spans`; false (nothing
+    /// appended) if the payload does not lie in registered memory (inline
+    /// bytes): it is gathered then.
+    fn locate(
+        &mut self,
+        p: &Self::Payload,
+        off: u64,
+        n: usize,
+        spans: &mut Vec<Span>,
+    ) -> Result<bool, AccessFault>;
+    /// Checks a span of registered memory (a Read's source) before it is listed.
+    fn check_span(&mut self, s: &Span) -> Result<(), AccessFault>;
     /// Carries out a queue 1 request (other than a Read) and returns its response.
     fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail>;
     /// Hands a request that waits on the medium to a worker; it answers through
@@ -234,6 +287,9 @@ pub struct Params {
     pub ord: u32,
     /// This side's IRD.
     pub ird: u32,
+    /// Payloads of at least this many bytes go to the stream in place on a
+    /// stream without CRC (0: never).
+    pub inplace_min: usize,
 }
 
 #[derive(Debug)]
@@ -258,8 +314,16 @@ pub struct Sender<L, P> {
     next_request_id: u32,
     media: Media,
     cur: Option<Cur<L, P>>,
+    inplace_min: usize,
+    /// Framed bytes of the sender's own, and the spans that go between them:
+    /// each before the byte of `buf` at its position, in stream order.
     buf: Vec<u8>,
+    spans: VecDeque<(usize, Span)>,
+    /// Taken by the stream: bytes of `buf`, and of the first span.
     off: usize,
+    span_off: u32,
+    /// Room for the spans of one FPDU.
+    scratch: Vec<Span>,
     /// Stream positions: bytes framed, bytes taken by the stream.
     framed: u64,
     written: u64,
@@ -279,6 +343,7 @@ impl<L: Clone, P> Default for Sender<L, P> {
             peer_ird: 1,
             ord: 1,
             ird: 1,
+            inplace_min: 0,
         })
     }
 }
@@ -300,8 +365,12 @@ impl<L: Clone, P> Sender<L, P> {
             next_request_id: 1,
             media: Media::Idle,
             cur: None,
+            inplace_min: 0,
             buf: Vec::new(),
+            spans: VecDeque::new(),
             off: 0,
+            span_off: 0,
+            scratch: Vec::new(),
             framed: 0,
             written: 0,
             done_at: VecDeque::new(),
@@ -320,6 +389,7 @@ impl<L: Clone, P> Sender<L, P> {
         self.peer_ird = p.peer_ird.max(1);
         self.ord_max = p.ord.max(1).min(self.peer_ird);
         self.ird_max = p.ird.max(1);
+        self.inplace_min = p.inplace_min;
     }
 
     /// `n` more bytes of the oldest request (a Read) arrived; with `last` it
@@ -353,6 +423,12 @@ impl<L: Clone, P> Sender<L, P> {
         true
     }
 
+    /// Payloads of at least `n` bytes go to the stream in place on a stream
+    /// without CRC (0: never); for what is framed from now on.
+    pub fn set_inplace_min(&mut self, n: usize) {
+        self.inplace_min = n;
+    }
+
     /// Sets ORD (modify_qp's `max_rd_atomic`), within the peer's IRD.
     pub fn set_ord(&mut self, ord: u32) {
         self.ord_max = self.peer_ird.min(ord.max(1));
@@ -363,21 +439,77 @@ impl<L: Clone, P> Sender<L, P> {
         self.term = Some(body);
     }
 
-    /// Bytes framed and not yet taken by the stream.
+    /// Bytes framed and not yet taken by the stream, up to the first span
+    /// (all of them when [`Sender::has_spans`] is false).
     pub fn pending(&self) -> &[u8] {
-        &self.buf[self.off..]
+        let end = self.spans.front().map_or(self.buf.len(), |&(at, _)| at);
+        &self.buf[self.off..end]
     }
 
     pub fn has_pending(&self) -> bool {
-        self.off < self.buf.len()
+        self.off < self.buf.len() || !self.spans.is_empty()
+    }
+
+    /// Some of what is pending lies in registered memory.
+    pub fn has_spans(&self) -> bool {
+        !self.spans.is_empty()
+    }
+
+    /// Hands `f` what is framed and not yet taken, in stream order, until it
+    /// returns false.
+    pub fn pieces(&self, mut f: impl FnMut(Piece<'_>) -> bool) {
+        let mut at = self.off;
+        for (k, &(pos, span)) in self.spans.iter().enumerate() {
+            if at < pos && !f(Piece::Bytes(&self.buf[at..pos])) {
+                return;
+            }
+            at = pos;
+            let skip = if k == 0 { self.span_off } else { 0 };
+            let rest = Span {
+                to: span.to.wrapping_add(skip as u64),
+                len: span.len - skip,
+                ..span
+            };
+            if !f(Piece::Span(rest)) {
+                return;
+            }
+        }
+        if at < self.buf.len() {
+            f(Piece::Bytes(&self.buf[at..]));
+        }
+    }
+
+    /// Bytes framed and not yet taken by the stream, spans included.
+    fn queued(&self) -> u64 {
+        self.framed - self.written
     }
 
     /// The stream took `n` more bytes.
     pub fn advance(&mut self, n: usize) {
-        self.off += n;
         self.written += n as u64;
         self.active = true;
-        if self.off == self.buf.len() {
+        let mut n = n;
+        while n > 0 {
+            match self.spans.front() {
+                Some(&(pos, span)) if pos == self.off => {
+                    let t = n.min((span.len - self.span_off) as usize);
+                    self.span_off += t as u32;
+                    n -= t;
+                    if self.span_off == span.len {
+                        self.spans.pop_front();
+                        self.span_off = 0;
+                    }
+                }
+                next => {
+                    let end = next.map_or(self.buf.len(), |&(pos, _)| pos);
+                    let t = n.min(end - self.off);
+                    assert!(t > 0, "the stream took more than was pending");
+                    self.off += t;
+                    n -= t;
+                }
+            }
+        }
+        if self.off == self.buf.len() && self.spans.is_empty() {
             self.buf.clear();
             self.off = 0;
         }
@@ -397,7 +529,9 @@ impl<L: Clone, P> Sender<L, P> {
     /// The stream is gone (the QP failed): everything in flight is dropped.
     pub fn abort(&mut self) {
         self.buf.clear();
+        self.spans.clear();
         self.off = 0;
+        self.span_off = 0;
         self.cur = None;
         self.done_at.clear();
         self.orq.clear();
@@ -410,7 +544,7 @@ impl<L: Clone, P> Sender<L, P> {
     /// while it still holds a large one.
     pub fn trim(&mut self) -> bool {
         let idle = !std::mem::replace(&mut self.active, false);
-        if idle && self.off == self.buf.len() && self.buf.capacity() > TRIM_KEEP {
+        if idle && !self.has_pending() && self.buf.capacity() > TRIM_KEEP {
             self.buf = Vec::new();
             self.off = 0;
         }
@@ -432,8 +566,8 @@ impl<L: Clone, P> Sender<L, P> {
     where
         H: SendHost<Local = L, Payload = P>,
     {
-        let before = self.buf.len();
-        while self.buf.len() < BATCH {
+        let before = self.framed;
+        while self.queued() < BATCH as u64 {
             if self.rtr {
                 // Ready-to-receive: a zero-length RDMA Write (RFC 6581 section 6).
                 self.rtr = false;
@@ -462,7 +596,7 @@ impl<L: Clone, P> Sender<L, P> {
                 self.cur = Some(cur);
             }
         }
-        Ok(self.buf.len() > before)
+        Ok(self.framed > before)
     }
 
     fn next_job<H>(&mut self, host: &mut H) -> Result<Option<Cur<L, P>>, Fail>
@@ -533,24 +667,31 @@ impl<L: Clone, P> Sender<L, P> {
                     let to = r.sink_to.wrapping_add(cur.sent);
                     let hdr = tagged(rdmap::Opcode::ReadResponse, r.sink_stag, to, last);
                     let src = r.src_to.wrapping_add(cur.sent);
-                    self.push_fpdu(
-                        &hdr,
-                        &[],
-                        |buf| {
-                            host.read_source(r.src_stag, src, n, buf).map_err(|_| {
-                                Fail::local(
-                                    Status::Flushed,
-                                    "read source deregistered while answering",
-                                )
-                            })
-                        },
-                        n,
-                    )?;
+                    let span = Span {
+                        stag: r.src_stag,
+                        to: src,
+                        len: n as u32,
+                        need: access::REMOTE_READ,
+                    };
+                    if self.in_place(n) {
+                        host.check_span(&span).map_err(|_| span.fault())?;
+                        self.push_fpdu_spans(&hdr, &[span], n)?;
+                    } else {
+                        self.push_fpdu(
+                            &hdr,
+                            &[],
+                            |buf| {
+                                host.read_source(r.src_stag, src, n, buf)
+                                    .map_err(|_| span.fault())
+                            },
+                            n,
+                        )?;
+                    }
                     cur.sent += n as u64;
                     if last {
                         return Ok(true);
                     }
-                    if self.buf.len() >= BATCH {
+                    if self.queued() >= BATCH as u64 {
                         return Ok(false);
                     }
                 }
@@ -642,19 +783,30 @@ impl<L: Clone, P> Sender<L, P> {
             };
             let off = cur.sent;
             let payload = &wr.payload;
-            self.push_fpdu(
-                &hdr,
-                &[],
-                |buf| {
-                    host.gather(payload, off, n, buf).map_err(|_| {
-                        Fail::local(
-                            Status::LocalProtection,
-                            "send buffer deregistered while in flight",
-                        )
-                    })
-                },
-                n,
-            )?;
+            let lost = || {
+                Fail::local(
+                    Status::LocalProtection,
+                    "send buffer deregistered while in flight",
+                )
+            };
+            let mut spans = std::mem::take(&mut self.scratch);
+            spans.clear();
+            let located = self.in_place(n)
+                && host
+                    .locate(payload, off, n, &mut spans)
+                    .map_err(|_| lost())?;
+            let r = if located {
+                self.push_fpdu_spans(&hdr, &spans, n)
+            } else {
+                self.push_fpdu(
+                    &hdr,
+                    &[],
+                    |buf| host.gather(payload, off, n, buf).map_err(|_| lost()),
+                    n,
+                )
+            };
+            self.scratch = spans;
+            r?;
             cur.sent += n as u64;
             if last {
                 if let (false, Some(imm)) = (send, imm) {
@@ -664,7 +816,7 @@ impl<L: Clone, P> Sender<L, P> {
                 self.done_at.push_back((wr.idx, self.framed));
                 return Ok(true);
             }
-            if self.buf.len() >= BATCH {
+            if self.queued() >= BATCH as u64 {
                 return Ok(false);
             }
         }
@@ -827,6 +979,42 @@ impl<L: Clone, P> Sender<L, P> {
         let msn = self.take_msn(ddp::QN_ATOMIC_RESPONSE);
         let hdr = untagged(opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
         self.push_fpdu(&hdr, body, |_| Ok(()), 0)
+    }
+
+    /// A payload of `n` bytes goes to the stream in place.
+    fn in_place(&self, n: usize) -> bool {
+        !self.crc && self.inplace_min > 0 && n >= self.inplace_min
+    }
+
+    /// Appends one FPDU (no CRC) whose payload, `payload_len` bytes, is sent
+    /// from `spans` in place.
+    fn push_fpdu_spans(
+        &mut self,
+        hdr: &ddp::HeaderRepr,
+        spans: &[Span],
+        payload_len: usize,
+    ) -> Result<(), Fail> {
+        debug_assert!(!self.crc, "a CRC must cover the bytes sent");
+        if spans.iter().map(|s| s.len as usize).sum::<usize>() != payload_len {
+            // The driver located another length than asked: never frame it.
+            return Err(Fail::local(
+                Status::LocalProtection,
+                "payload of the wrong length",
+            ));
+        }
+        let start = self.buf.len();
+        let hlen = hdr.buffer_len();
+        let ulpdu = hlen + payload_len;
+        self.buf.extend_from_slice(&(ulpdu as u16).to_be_bytes());
+        self.buf.resize(start + 2 + hlen, 0);
+        hdr.emit(&mut self.buf[start + 2..]);
+        let at = self.buf.len();
+        self.spans
+            .extend(spans.iter().filter(|s| s.len > 0).map(|&s| (at, s)));
+        // Pad, then the CRC field, unused without CRC.
+        self.buf.resize(at + mpa::pad_len(ulpdu) + mpa::CRC_LEN, 0);
+        self.framed += (2 + ulpdu + mpa::pad_len(ulpdu) + mpa::CRC_LEN) as u64;
+        Ok(())
     }
 
     fn take_msn(&mut self, qn: u32) -> u32 {

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use crate::fault::{AccessFault, Fail, Status};
 use crate::queue1::{access, flush_need, Inbound, Outstanding};
 use crate::recv::{Host, RecvCompletion};
-use crate::send::{Completion, SendHost, Wr, WrClass, WrOp};
+use crate::send::{Completion, SendHost, Span, Wr, WrClass, WrOp};
 use crate::wire::{atomic, commit, rdmap};
 
 /// A registered region: `len` bytes of the arena from `at`, reached by the
@@ -226,6 +226,14 @@ impl Sim {
             return Err(AccessFault::Access);
         }
         Ok(r.at + (to - r.iova) as usize)
+    }
+
+    /// Appends the bytes of `s`, checked again (as a driver does when it
+    /// hands the span to the stream).
+    pub fn read_span(&self, s: &Span, out: &mut Vec<u8>) -> Result<(), AccessFault> {
+        let at = self.resolve(s.stag, s.to, s.len as u64, s.need, u32::MAX)?;
+        out.extend_from_slice(&self.arena[at..at + s.len as usize]);
+        Ok(())
     }
 
     fn gather_sges(
@@ -448,6 +456,43 @@ impl SendHost for Sim {
         let at = self.resolve(stag, to, n as u64, access::REMOTE_READ, u32::MAX)?;
         out.extend_from_slice(&self.arena[at..at + n]);
         Ok(())
+    }
+
+    fn locate(
+        &mut self,
+        p: &Sges,
+        mut off: u64,
+        mut n: usize,
+        spans: &mut Vec<Span>,
+    ) -> Result<bool, AccessFault> {
+        for &(lkey, to, len) in p {
+            if n == 0 {
+                break;
+            }
+            if off >= len as u64 {
+                off -= len as u64;
+                continue;
+            }
+            let take = ((len as u64 - off) as usize).min(n);
+            self.resolve(lkey, to + off, take as u64, 0, u32::MAX)?;
+            spans.push(Span {
+                stag: lkey,
+                to: to + off,
+                len: take as u32,
+                need: 0,
+            });
+            n -= take;
+            off = 0;
+        }
+        if n > 0 {
+            return Err(AccessFault::Bounds);
+        }
+        Ok(true)
+    }
+
+    fn check_span(&mut self, s: &Span) -> Result<(), AccessFault> {
+        self.resolve(s.stag, s.to, s.len as u64, s.need, u32::MAX)
+            .map(|_| ())
     }
 
     fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {

@@ -306,6 +306,55 @@ fn any_segmentation_gives_the_same_outcome() {
     }
 }
 
+#[test]
+fn payload_sent_in_place_gives_the_stream_a_copy_gives() {
+    // Without CRC, payloads of INPLACE_MIN bytes and more go out as spans of
+    // registered memory; the bytes on the stream must be the same as when
+    // every payload is copied into the sender's buffer, at any segmentation.
+    for mulpdu in [1024, 300, 7] {
+        let run = |inplace: bool| {
+            let mut p = exchange(false, mulpdu);
+            if !inplace {
+                for e in &mut p.ends {
+                    e.tx.set_inplace_min(0);
+                }
+            }
+            p.run();
+            assert!(p.ends.iter().all(|e| e.failed.is_none()));
+            [p.sent(0).to_vec(), p.sent(1).to_vec()]
+        };
+        let copied = run(false);
+        assert_eq!(run(true), copied, "mulpdu {mulpdu}");
+        assert!(copied[0].len() > 4000);
+    }
+}
+
+#[test]
+fn a_span_whose_memory_went_away_names_a_local_protection_error() {
+    // A Send framed in place whose source MR goes away before the stream
+    // takes it: the driver, checking again as it transmits, finds the span
+    // gone, and fails the QP with the status of a payload it cannot gather.
+    let p = exchange(false, 1024);
+    let [mut ea, _] = p.ends;
+    let framed = ea.tx.frame_more(&mut ea.mem).unwrap();
+    assert!(framed && ea.tx.has_spans());
+    xiw_engine::recv::Host::invalidate(&mut ea.mem, SRC).unwrap();
+    let mut lost = None;
+    let mem = &ea.mem;
+    ea.tx.pieces(|piece| match piece {
+        xiw_engine::send::Piece::Bytes(_) => true,
+        xiw_engine::send::Piece::Span(s) => match mem.read_span(&s, &mut Vec::new()) {
+            Ok(()) => true,
+            Err(_) => {
+                lost = Some(s.fault());
+                false
+            }
+        },
+    });
+    let f = lost.expect("the span is found gone");
+    assert_eq!(f.sq_status, Some(Status::LocalProtection));
+}
+
 /// Memory nobody may write: RO, and everything never registered.
 fn untouched(s: &Sim, before: &[u8]) -> Option<usize> {
     let guarded = |i: usize| (8192..10240).contains(&i) || i >= 14336;
