@@ -488,6 +488,7 @@ impl Cm {
                     access: attrs.qp_access_flags,
                     extensions: qp.sh.cfg.extensions,
                     merge_imm: qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0,
+                    inplace_min: qp.sh.cfg.inplace_min,
                 },
                 send::Params {
                     crc,

@@ -293,8 +293,9 @@ impl MrTable {
 pub struct Reader<'a>(RwLockReadGuard<'a, Slots>);
 
 impl Reader<'_> {
-    /// The host address of `[to, to+len)` of `stag`, after every check; valid
-    /// while the reader lives.
+    /// The host address of `[to, to+len)` of `stag`, after every check (the
+    /// MR must grant `need`, and the QP `allowed` for a remote access);
+    /// valid while the reader lives.
     pub fn mem(
         &self,
         stag: u32,
@@ -302,10 +303,11 @@ impl Reader<'_> {
         to: u64,
         len: usize,
         need: u32,
-    ) -> Result<*const u8, AccessError> {
+        allowed: u32,
+    ) -> Result<*mut u8, AccessError> {
         let mr = lookup(&self.0, stag)?;
-        mr.check(pd, to, len as u64, need, u32::MAX)
-            .map(|a| a as *const u8)
+        mr.check(pd, to, len as u64, need, allowed)
+            .map(|a| a as *mut u8)
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use xiw_abi::ring::{Cqe, Sge};
 use xiw_abi::verbs::*;
 use xiw_engine::recv::{self, Receiver, RecvCompletion};
-use xiw_engine::send::ReadArrival;
+use xiw_engine::send::{ReadArrival, Span};
 
 use crate::ibv;
 use crate::mem::AccessError;
@@ -93,6 +93,44 @@ pub fn poll_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fai
 fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
     loop {
+        if let Some((span, allowed)) = rx.engine.direct() {
+            // A large payload: read straight into the memory the engine
+            // named, checked again under the MR table's read lock, which is
+            // held until the bytes are in (deregistration waits for it).
+            let want = span.len as usize;
+            let got = qp.sh.mrs.with_reader(|mrs| {
+                let at = mrs.mem(span.stag, qp.pd, span.to, want, span.need, allowed)?;
+                // SAFETY: `at` is `want` bytes of registered memory, writable as
+                // checked just now; `fd` is the QP's stream.
+                let n =
+                    unsafe { libc::recv(fd, at as *mut libc::c_void, want, libc::MSG_DONTWAIT) };
+                if n > 0 {
+                    // SAFETY: recv wrote these `n` bytes; the MR stays registered
+                    // while the read lock is held.
+                    let placed = unsafe { std::slice::from_raw_parts(at as *const u8, n as usize) };
+                    rx.engine.direct_placed(placed);
+                }
+                Ok(n)
+            });
+            let n = match got {
+                Ok(n) => n,
+                Err(e) => {
+                    rx.fd = None;
+                    return Err(rx.engine.direct_lost(e));
+                }
+            };
+            if n <= 0 {
+                match stream_end(qp, &mut rx, fd, n) {
+                    Some(r) => return r,
+                    None => continue,
+                }
+            }
+            rx.active = true;
+            if (n as usize) < want {
+                return Ok(());
+            }
+            continue;
+        }
         let need = mpa::peek_fpdu_len(&rx.buf).unwrap_or(0).max(RX_BUF_MIN);
         let cap = rx.buf.capacity();
         if cap < need || cap - rx.buf.len() < RX_BUF_MIN / 4 {
@@ -100,8 +138,9 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
             let len = rx.buf.len();
             rx.buf.reserve_exact(want - len);
         }
+        let hint = rx.engine.read_hint();
         let spare = rx.buf.spare_capacity_mut();
-        let room = spare.len();
+        let room = hint.map_or(spare.len(), |h| h.min(spare.len()));
         // SAFETY: recv writes at most `room` bytes into the spare capacity of `buf`;
         // `fd` is the QP's stream, open while the QP lives.
         let n = unsafe {
@@ -112,29 +151,10 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
                 libc::MSG_DONTWAIT,
             )
         };
-        if n == 0 {
-            // An orderly close: nothing more will come. Stop watching the stream
-            // for input (EOF stays readable), keep sending what is posted, and
-            // let the QP linger before it fails.
-            rx.fd = None;
-            qp.rx_eof.store(true, std::sync::atomic::Ordering::Release);
-            qp.sh.watch_data(
-                fd,
-                qp.qpn,
-                false,
-                qp.tx_blocked.load(std::sync::atomic::Ordering::Acquire),
-            );
-            return Err(Fail {
-                linger: true,
-                ..Fail::stream("peer closed the connection")
-            });
-        }
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN) => return Ok(()),
-                Some(libc::EINTR) => continue,
-                _ => return Err(Fail::stream(format!("recv: {e}"))),
+        if n <= 0 {
+            match stream_end(qp, &mut rx, fd, n) {
+                Some(r) => return r,
+                None => continue,
             }
         }
         rx.active = true;
@@ -168,6 +188,34 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
         if (n as usize) < room {
             return Ok(());
         }
+    }
+}
+
+/// What a `recv` that returned `n <= 0` means: the end of this pass
+/// (`Some`), or try again (`None`, interrupted).
+fn stream_end(qp: &QpCore, rx: &mut Rx, fd: i32, n: isize) -> Option<Result<(), Fail>> {
+    if n == 0 {
+        // An orderly close: nothing more will come. Stop watching the stream
+        // for input (EOF stays readable), keep sending what is posted, and
+        // let the QP linger before it fails.
+        rx.fd = None;
+        qp.rx_eof.store(true, std::sync::atomic::Ordering::Release);
+        qp.sh.watch_data(
+            fd,
+            qp.qpn,
+            false,
+            qp.tx_blocked.load(std::sync::atomic::Ordering::Acquire),
+        );
+        return Some(Err(Fail {
+            linger: true,
+            ..Fail::stream("peer closed the connection")
+        }));
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Some(Ok(())),
+        Some(libc::EINTR) => None,
+        _ => Some(Err(Fail::stream(format!("recv: {e}")))),
     }
 }
 
@@ -277,6 +325,30 @@ impl recv::Host for Placer<'_> {
 
     fn local_len(&self, l: &Arc<[Sge]>) -> u64 {
         l.iter().map(|s| s.length as u64).sum()
+    }
+
+    fn locate_local(
+        &mut self,
+        l: &Arc<[Sge]>,
+        off: u64,
+        n: usize,
+        spans: &mut Vec<Span>,
+    ) -> Result<bool, AccessError> {
+        let qp = self.qp;
+        let mut found = 0;
+        for (lkey, addr, take) in sge_spans(l, off, n) {
+            qp.sh
+                .mrs
+                .with_mem(lkey, qp.pd, addr, take, IBV_ACCESS_LOCAL_WRITE, |_| ())?;
+            spans.push(Span {
+                stag: lkey,
+                to: addr,
+                len: take as u32,
+                need: IBV_ACCESS_LOCAL_WRITE,
+            });
+            found += take;
+        }
+        Ok(found == n)
     }
 
     fn oldest_outstanding(&mut self) -> Option<Outstanding> {

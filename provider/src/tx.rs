@@ -232,13 +232,15 @@ fn send_pieces(engine: &Sender<Arc<[Sge]>, Body>, qp: &QpCore, fd: i32) -> Resul
         engine.pieces(|p| {
             let (base, len) = match p {
                 Piece::Bytes(b) => (b.as_ptr(), b.len()),
-                Piece::Span(s) => match mrs.mem(s.stag, qp.pd, s.to, s.len as usize, s.need) {
-                    Ok(at) => (at, s.len as usize),
-                    Err(_) => {
-                        lost = Some(s);
-                        return false;
+                Piece::Span(s) => {
+                    match mrs.mem(s.stag, qp.pd, s.to, s.len as usize, s.need, u32::MAX) {
+                        Ok(at) => (at as *const u8, s.len as usize),
+                        Err(_) => {
+                            lost = Some(s);
+                            return false;
+                        }
                     }
-                },
+                }
             };
             iov.push(libc::iovec {
                 iov_base: base as *mut libc::c_void,

@@ -10,7 +10,7 @@ use crate::fault::AccessFault;
 use crate::fault::{Fail, Status};
 use crate::queue1::{Inbound, Outstanding};
 use crate::recv::{self, Host, Receiver, RecvCompletion};
-use crate::send::{self, Completion, Piece, ReadArrival, Sender};
+use crate::send::{self, Completion, Piece, ReadArrival, Sender, Span};
 use crate::setup;
 use crate::sim::{RecvOutcome, Sges, Sim, SimRecv};
 use crate::wire::mpa::Rtr;
@@ -93,6 +93,15 @@ impl Host for Link<'_> {
     }
     fn local_len(&self, l: &Sges) -> u64 {
         self.mem.local_len(l)
+    }
+    fn locate_local(
+        &mut self,
+        l: &Sges,
+        off: u64,
+        n: usize,
+        spans: &mut Vec<Span>,
+    ) -> Result<bool, AccessFault> {
+        self.mem.locate_local(l, off, n, spans)
     }
     fn oldest_outstanding(&mut self) -> Option<Outstanding<Sges>> {
         self.tx.orq.front().cloned()
@@ -183,12 +192,31 @@ impl Endpoint {
         lost.map_or(Ok(()), Err)
     }
 
-    /// Takes in stream bytes.
-    fn receive(&mut self, bytes: &[u8]) {
-        if self.failed.is_some() {
-            return;
+    /// Takes in stream bytes: into the memory the receive side names while
+    /// it places a payload in place, as a driver reads the stream into it,
+    /// into the buffer otherwise.
+    fn receive(&mut self, mut bytes: &[u8]) {
+        while self.failed.is_none() && !bytes.is_empty() {
+            if let Some((span, allowed)) = self.rx.direct() {
+                let take = bytes.len().min(span.len as usize);
+                match self.mem.write_span(&span, allowed, &bytes[..take]) {
+                    Ok(()) => self.rx.direct_placed(&bytes[..take]),
+                    Err(e) => {
+                        let f = self.rx.direct_lost(e);
+                        self.fail(f);
+                        return;
+                    }
+                }
+                bytes = &bytes[take..];
+                continue;
+            }
+            self.inbox.extend_from_slice(bytes);
+            bytes = &[];
+            self.handle_inbox();
         }
-        self.inbox.extend_from_slice(bytes);
+    }
+
+    fn handle_inbox(&mut self) {
         let mut link = Link {
             mem: &mut self.mem,
             tx: &mut self.tx,
@@ -308,6 +336,7 @@ impl Pair {
             access: u32::MAX,
             extensions: true,
             merge_imm: true,
+            inplace_min: INPLACE_MIN,
         };
         let sp = |gate, rtr| send::Params {
             crc,
@@ -361,6 +390,7 @@ impl Pair {
                     access: u32::MAX,
                     extensions: true,
                     merge_imm: true,
+                    inplace_min: INPLACE_MIN,
                 },
                 send::Params {
                     crc: ag.crc,

@@ -3,10 +3,21 @@
 //! through the driver's [`Host`], completions and queue 1 work out (RFC 5040
 //! section 5, RFC 5041, RFC 7306, draft-talpey-rdma-commit). Any violation is a
 //! [`Fail`] carrying the Terminate for the peer.
+//!
+//! A large RDMA Write or Read Response whose FPDU has not fully arrived is
+//! placed in place: once its header has passed every check (STag, bounds,
+//! rights, the Read it answers), [`Receiver::direct`] names the memory its
+//! payload goes to, and the driver reads the stream straight into it; the
+//! CRC, if any, is checked when the trailer comes. Placement before the CRC
+//! check is what DDP allows for tagged buffers (their contents are undefined
+//! until the message completes; a CRC error ends the stream with a
+//! Terminate). Anything that fails a check is left to the buffered path,
+//! which reports it exactly as it would any FPDU.
 
 use crate::fault::{AccessFault, Fail, Status};
 use crate::queue1::VERIFY_MAX_HASH;
 use crate::queue1::{access, flush_need, queue_of, Inbound, Outstanding, ReadResp};
+use crate::send::Span;
 use crate::wire::terminate::Cause;
 use crate::wire::{self, atomic, commit, ddp, mpa, rdmap};
 
@@ -70,6 +81,16 @@ pub trait Host {
     /// Copies `data` into local buffer `l` at offset `off`.
     fn scatter(&mut self, l: &Self::Local, off: u64, data: &[u8]) -> Result<(), AccessFault>;
     fn local_len(&self, l: &Self::Local) -> u64;
+    /// Appends the spans of registered memory that `n` bytes of local buffer
+    /// `l` from offset `off` occupy, each checked for a local write, to
+    /// `spans`; false if the driver cannot place into them directly.
+    fn locate_local(
+        &mut self,
+        l: &Self::Local,
+        off: u64,
+        n: usize,
+        spans: &mut Vec<Span>,
+    ) -> Result<bool, AccessFault>;
 
     /// The oldest request this side sent and still waits on.
     fn oldest_outstanding(&mut self) -> Option<Outstanding<Self::Local>>;
@@ -111,6 +132,29 @@ pub struct Receiver<R> {
     write_len: u64,
     /// The message before this one was a whole RDMA Write of that many bytes.
     after_write: Option<u64>,
+    /// Payloads of at least this many bytes are placed in place (0: never).
+    inplace_min: usize,
+    /// The FPDU whose payload the driver is reading into memory.
+    placing: Option<Placing>,
+}
+
+/// A large tagged payload read from the stream straight into memory.
+#[derive(Debug)]
+struct Placing {
+    read_response: bool,
+    last: bool,
+    /// Payload bytes in all, and still to come.
+    len: u32,
+    left: u32,
+    /// Where they go, the next first.
+    spans: std::collections::VecDeque<Span>,
+    /// The QP's rights the spans are checked with (remote writes).
+    allowed: u32,
+    /// Pad and CRC bytes after the payload.
+    trailer: usize,
+    crc: Option<mpa::Crc>,
+    /// The DDP header, for a Terminate.
+    dhdr: [u8; ddp::TAGGED_HDR_LEN],
 }
 
 /// How a stream was set up, for its receive side.
@@ -121,6 +165,8 @@ pub struct Params {
     pub access: u32,
     pub extensions: bool,
     pub merge_imm: bool,
+    /// Tagged payloads of at least this many bytes are placed in place (0: never).
+    pub inplace_min: usize,
 }
 
 impl<R> Receiver<R> {
@@ -137,6 +183,8 @@ impl<R> Receiver<R> {
             pending_imm: None,
             write_len: 0,
             after_write: None,
+            inplace_min: p.inplace_min,
+            placing: None,
         }
     }
 
@@ -160,31 +208,251 @@ impl<R> Receiver<R> {
         self.cur.take()
     }
 
-    /// Processes every whole FPDU at the start of `buf`; returns the bytes
-    /// consumed. On a failure the receive it hit has completed with its own
-    /// status, and nothing more may be processed.
+    /// Processes every whole FPDU at the start of `buf`, and starts placing
+    /// a large one in place when only its beginning is there (see
+    /// [`Receiver::direct`]); returns the bytes consumed. On a failure the
+    /// receive it hit has completed with its own status, and nothing more may
+    /// be processed.
     pub fn handle<H: Host<Recv = R>>(
         &mut self,
         host: &mut H,
         buf: &[u8],
     ) -> (usize, Result<(), Fail>) {
         let mut at = 0;
-        while let Some(len) = mpa::peek_fpdu_len(&buf[at..]) {
-            if buf.len() - at < len {
-                break;
-            }
-            let fpdu = &buf[at..at + len];
-            at += len;
-            if let Err(mut f) = self.segment(host, fpdu) {
-                if let Some(status) = f.rq_status.take() {
-                    if let Some(job) = self.cur.take() {
-                        host.recv_failed(job, status);
-                    }
+        let r = self.handle_from(host, buf, &mut at);
+        if let Err(mut f) = r {
+            self.placing = None;
+            if let Some(status) = f.rq_status.take() {
+                if let Some(job) = self.cur.take() {
+                    host.recv_failed(job, status);
                 }
-                return (at, Err(f));
             }
+            return (at, Err(f));
         }
         (at, Ok(()))
+    }
+
+    fn handle_from<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        buf: &[u8],
+        at: &mut usize,
+    ) -> Result<(), Fail> {
+        loop {
+            if let Some(p) = &self.placing {
+                if p.left > 0 || buf.len() - *at < p.trailer {
+                    return Ok(());
+                }
+                let trailer = &buf[*at..*at + p.trailer];
+                *at += p.trailer;
+                self.finish_direct(host, trailer)?;
+                continue;
+            }
+            let Some(len) = mpa::peek_fpdu_len(&buf[*at..]) else {
+                return Ok(());
+            };
+            if buf.len() - *at < len {
+                if let Some(n) = self.start_direct(host, &buf[*at..], len)? {
+                    *at += n;
+                    continue;
+                }
+                return Ok(());
+            }
+            let fpdu = &buf[*at..*at + len];
+            *at += len;
+            self.segment(host, fpdu)?;
+        }
+    }
+
+    /// Where the next bytes of the stream go while a payload is placed in
+    /// place: at most `len` bytes into the memory of this span, which the
+    /// driver checks again (rights `need`, and the QP's `allowed`) as it
+    /// reads into it, then reports with [`Receiver::direct_placed`].
+    pub fn direct(&self) -> Option<(Span, u32)> {
+        let p = self.placing.as_ref().filter(|p| p.left > 0)?;
+        Some((*p.spans.front()?, p.allowed))
+    }
+
+    /// After a payload placed in place, how many bytes the driver should read
+    /// into its buffer next: its trailer and the header of the FPDU after it,
+    /// so that a large payload there is placed in place too rather than read
+    /// into the buffer with its header.
+    pub fn read_hint(&self) -> Option<usize> {
+        let p = self.placing.as_ref().filter(|p| p.left == 0)?;
+        Some(p.trailer + mpa::LEN_FIELD_LEN + ddp::TAGGED_HDR_LEN)
+    }
+
+    /// The driver read `data` from the stream into the memory [`Receiver::direct`] named.
+    pub fn direct_placed(&mut self, data: &[u8]) {
+        let Some(p) = self.placing.as_mut() else {
+            return;
+        };
+        if let Some(c) = p.crc.as_mut() {
+            c.update(data);
+        }
+        let mut n = data.len().min(p.left as usize) as u32;
+        p.left -= n;
+        while n > 0 {
+            let Some(s) = p.spans.front_mut() else { break };
+            let t = n.min(s.len);
+            s.to = s.to.wrapping_add(t as u64);
+            s.len -= t;
+            n -= t;
+            if s.len == 0 {
+                p.spans.pop_front();
+            }
+        }
+    }
+
+    /// The memory [`Receiver::direct`] named could not be reached (`e`):
+    /// the failure to report; nothing more may be processed.
+    pub fn direct_lost(&mut self, e: AccessFault) -> Fail {
+        let Some(p) = self.placing.take() else {
+            return Fail::stream("no payload was being placed");
+        };
+        if p.read_response {
+            Fail::local(Status::LocalProtection, "read sink with a bad lkey")
+        } else {
+            Fail::placement(e, &p.dhdr, "RDMA Write refused")
+        }
+    }
+
+    /// The beginning of a large FPDU is in `prefix` (`len` bytes in all): if
+    /// it is an RDMA Write or Read Response whose header passes every check,
+    /// places what of its payload is there and returns the bytes consumed;
+    /// the rest of the payload is read into place by the driver.
+    fn start_direct<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        prefix: &[u8],
+        len: usize,
+    ) -> Result<Option<usize>, Fail> {
+        let hdr_end = mpa::LEN_FIELD_LEN + ddp::TAGGED_HDR_LEN;
+        let ulpdu_len = usize::from(u16::from_be_bytes([prefix[0], prefix[1]]));
+        if ulpdu_len < ddp::TAGGED_HDR_LEN {
+            return Ok(None);
+        }
+        let trailer = len - mpa::LEN_FIELD_LEN - ulpdu_len;
+        let payload_len = ulpdu_len - ddp::TAGGED_HDR_LEN;
+        if self.inplace_min == 0
+            || payload_len < self.inplace_min
+            || prefix.len() < hdr_end
+            || self.expect_rtr
+            || self.pending_imm.is_some()
+        {
+            return Ok(None);
+        }
+        let ulpdu = &prefix[mpa::LEN_FIELD_LEN..];
+        let Ok((hdr, hlen)) = ddp::HeaderRepr::parse(ulpdu) else {
+            return Ok(None);
+        };
+        let ddp::Kind::Tagged { stag, to } = hdr.kind else {
+            return Ok(None);
+        };
+        debug_assert_eq!(hlen, ddp::TAGGED_HDR_LEN);
+        let c = rdmap::Ctrl::from_byte(hdr.rdmap_ctrl);
+        let opcode = rdmap::Opcode::from_u8(c.opcode);
+        if c.version != rdmap::RDMAP_VERSION {
+            return Ok(None);
+        }
+        let mut spans = Vec::new();
+        let (read_response, allowed) = match opcode {
+            Some(rdmap::Opcode::Write) => {
+                let need = access::REMOTE_WRITE;
+                if host
+                    .check(stag, to, payload_len as u64, need, self.access)
+                    .is_err()
+                {
+                    return Ok(None);
+                }
+                spans.push(Span {
+                    stag,
+                    to,
+                    len: payload_len as u32,
+                    need,
+                });
+                (false, self.access)
+            }
+            Some(rdmap::Opcode::ReadResponse) => {
+                let Some(Outstanding::Read(pr)) = host.oldest_outstanding() else {
+                    return Ok(None);
+                };
+                let received = pr.received + payload_len as u64;
+                if stag != pr.sink_stag
+                    || to != pr.sink_to.wrapping_add(pr.received)
+                    || received > pr.length
+                    || (hdr.last && received != pr.length)
+                {
+                    return Ok(None);
+                }
+                match host.locate_local(&pr.sink, pr.received, payload_len, &mut spans) {
+                    Ok(true) => {}
+                    _ => return Ok(None),
+                }
+                (true, u32::MAX)
+            }
+            _ => return Ok(None),
+        };
+        // Any message but Immediate Data forgets a Write before it.
+        self.after_write = None;
+        let mut dhdr = [0u8; ddp::TAGGED_HDR_LEN];
+        dhdr.copy_from_slice(&ulpdu[..ddp::TAGGED_HDR_LEN]);
+        let mut crc = self.crc.then(mpa::Crc::new);
+        if let Some(c) = crc.as_mut() {
+            c.update(&prefix[..hdr_end]);
+        }
+        self.placing = Some(Placing {
+            read_response,
+            last: hdr.last,
+            len: payload_len as u32,
+            left: payload_len as u32,
+            spans: spans.into(),
+            allowed,
+            trailer,
+            crc,
+            dhdr,
+        });
+        // What of the payload came with the header is placed from here.
+        let have = &prefix[hdr_end..prefix.len().min(hdr_end + payload_len)];
+        let mut rest = have;
+        while !rest.is_empty() {
+            let (s, allowed) = self.direct().expect("payload left");
+            let take = rest.len().min(s.len as usize);
+            if let Err(e) = host.place(s.stag, s.to, &rest[..take], s.need, allowed) {
+                return Err(self.direct_lost(e));
+            }
+            self.direct_placed(&rest[..take]);
+            rest = &rest[take..];
+        }
+        Ok(Some(hdr_end + have.len()))
+    }
+
+    /// The trailer of a payload placed in place came: checks the CRC and
+    /// completes what the payload was for.
+    fn finish_direct<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        trailer: &[u8],
+    ) -> Result<(), Fail> {
+        let p = self.placing.take().expect("placing");
+        if let Some(mut c) = p.crc {
+            let (pad, got) = trailer.split_at(trailer.len() - mpa::CRC_LEN);
+            c.update(pad);
+            if c.finish() != got {
+                return Err(Fail::terminate(Cause::MPA_CRC, None, None, "MPA CRC error"));
+            }
+        }
+        if p.read_response {
+            if !host.read_arrived(p.len as u64, p.last) {
+                return Err(Fail::stream("the Read was flushed while its data came"));
+            }
+        } else {
+            self.write_len += p.len as u64;
+            if p.last {
+                self.after_write = Some(std::mem::take(&mut self.write_len));
+            }
+        }
+        Ok(())
     }
 
     /// One FPDU.

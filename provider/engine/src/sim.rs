@@ -228,6 +228,14 @@ impl Sim {
         Ok(r.at + (to - r.iova) as usize)
     }
 
+    /// Writes `data` into the memory of `s`, checked again (as a driver does
+    /// when it reads the stream into it).
+    pub fn write_span(&mut self, s: &Span, allowed: u32, data: &[u8]) -> Result<(), AccessFault> {
+        let at = self.resolve(s.stag, s.to, data.len() as u64, s.need, allowed)?;
+        self.arena[at..at + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
     /// Appends the bytes of `s`, checked again (as a driver does when it
     /// hands the span to the stream).
     pub fn read_span(&self, s: &Span, out: &mut Vec<u8>) -> Result<(), AccessFault> {
@@ -369,6 +377,38 @@ impl Host for Sim {
 
     fn local_len(&self, l: &Sges) -> u64 {
         l.iter().map(|s| s.2 as u64).sum()
+    }
+
+    fn locate_local(
+        &mut self,
+        l: &Sges,
+        mut off: u64,
+        mut n: usize,
+        spans: &mut Vec<Span>,
+    ) -> Result<bool, AccessFault> {
+        for &(lkey, to, len) in l {
+            if n == 0 {
+                break;
+            }
+            if off >= len as u64 {
+                off -= len as u64;
+                continue;
+            }
+            let take = ((len as u64 - off) as usize).min(n);
+            self.resolve(lkey, to + off, take as u64, access::LOCAL_WRITE, u32::MAX)?;
+            spans.push(Span {
+                stag: lkey,
+                to: to + off,
+                len: take as u32,
+                need: access::LOCAL_WRITE,
+            });
+            n -= take;
+            off = 0;
+        }
+        if n > 0 {
+            return Err(AccessFault::Bounds);
+        }
+        Ok(true)
     }
 
     fn oldest_outstanding(&mut self) -> Option<Outstanding<Sges>> {

@@ -379,6 +379,11 @@ fn a_fault_at_every_byte_offset_fails_cleanly() {
                 } else {
                     p.faults[dir].corrupt_at = Some((k, 0x5a));
                 }
+                // Every other run in pieces, so that large payloads are
+                // placed in place before their CRC is checked.
+                if k % 2 == 1 {
+                    p.faults[dir].chunk = 53;
+                }
                 p.run();
                 runs += 1;
                 let settled = p.ends[0].all_completed(A_SENDS, A_RECVS)

@@ -34,6 +34,7 @@ fn params(crc: bool) -> Params {
         access: ALL,
         extensions: true,
         merge_imm: false,
+        inplace_min: 0,
     }
 }
 
@@ -177,21 +178,52 @@ impl Peer {
 
 /// Feeds `stream` in pieces of `chunk` bytes, as a driver would: keeps what
 /// the engine did not consume and stops at the first failure.
-fn feed(rx: &mut Receiver<SimRecv>, s: &mut Sim, stream: &[u8], chunk: usize) -> Result<(), Fail> {
+/// Feeds `stream` in pieces of `chunk` bytes as a driver does: into the
+/// memory the engine names while it places a payload in place, into the
+/// buffer otherwise. Returns the bytes placed in place.
+fn feed(
+    rx: &mut Receiver<SimRecv>,
+    s: &mut Sim,
+    stream: &[u8],
+    chunk: usize,
+) -> Result<usize, Fail> {
     let mut buf = Vec::new();
-    for piece in stream.chunks(chunk.max(1)) {
-        buf.extend_from_slice(piece);
-        let (used, r) = rx.handle(s, &buf);
-        buf.drain(..used);
-        r?;
+    let mut direct = 0;
+    for mut piece in stream.chunks(chunk.max(1)) {
+        while !piece.is_empty() {
+            if let Some((span, allowed)) = rx.direct() {
+                assert!(buf.is_empty(), "placing in place with bytes buffered");
+                let take = piece.len().min(span.len as usize);
+                s.write_span(&span, allowed, &piece[..take])
+                    .map_err(|e| rx.direct_lost(e))?;
+                rx.direct_placed(&piece[..take]);
+                direct += take;
+                piece = &piece[take..];
+                continue;
+            }
+            buf.extend_from_slice(piece);
+            piece = &[];
+            let (used, r) = rx.handle(s, &buf);
+            buf.drain(..used);
+            r?;
+        }
     }
     assert!(buf.is_empty(), "{} bytes left over", buf.len());
-    Ok(())
+    assert!(rx.direct().is_none(), "a payload is still being placed");
+    Ok(direct)
+}
+
+/// `params(crc)`, placing payloads of 16 bytes and more in place.
+fn inplace(crc: bool) -> Params {
+    Params {
+        inplace_min: 16,
+        ..params(crc)
+    }
 }
 
 fn run(s: &mut Sim, p: Params, stream: &[u8]) -> Result<(), Fail> {
     let mut rx = Receiver::new(p);
-    feed(&mut rx, s, stream, stream.len())
+    feed(&mut rx, s, stream, stream.len()).map(|_| ())
 }
 
 fn post(s: &mut Sim, wr_id: u64, sges: &[(u64, u32)]) {
@@ -264,15 +296,79 @@ fn any_segmentation_of_the_stream_gives_the_same_result() {
         run(&mut s, params(true), &stream).unwrap();
         s
     };
-    for chunk in 1..40 {
-        let mut s = sim();
-        post(&mut s, 1, &[(12288, 512)]);
-        post(&mut s, 2, &[(13000, 512)]);
-        let mut rx = Receiver::new(params(true));
-        feed(&mut rx, &mut s, &stream, chunk).unwrap();
-        assert_eq!(s.arena, whole.arena, "chunk {chunk}");
-        assert_eq!(s.completed, whole.completed, "chunk {chunk}");
+    for p in [params(true), inplace(true)] {
+        let mut direct = 0;
+        for chunk in 1..40 {
+            let mut s = sim();
+            post(&mut s, 1, &[(12288, 512)]);
+            post(&mut s, 2, &[(13000, 512)]);
+            let mut rx = Receiver::new(p);
+            direct += feed(&mut rx, &mut s, &stream, chunk).unwrap();
+            assert_eq!(s.arena, whole.arena, "chunk {chunk}");
+            assert_eq!(s.completed, whole.completed, "chunk {chunk}");
+        }
+        // The Write's payload went in place once its header was there.
+        assert_eq!(direct > 0, p.inplace_min > 0);
     }
+}
+
+#[test]
+fn a_payload_placed_in_place_is_checked_against_its_crc_and_its_read() {
+    // A Write and the Read Response of a pending Read, placed in place, each
+    // delivered in pieces: they land as buffered ones do, the Read completes.
+    let peer = Peer::new(true);
+    let write = pattern(900, 4);
+    let resp = pattern(600, 6);
+    let mut stream = peer.tagged(rdmap::Opcode::Write, BUF, BUF_IOVA + 5, true, &write);
+    stream.extend(peer.tagged(rdmap::Opcode::ReadResponse, 0x999, 0x5000, true, &resp));
+    let pending = || {
+        Outstanding::Read(PendingRead {
+            sq_idx: 7,
+            sink_stag: 0x999,
+            sink_to: 0x5000,
+            sink: vec![(LOC, 12288, 100), (LOC, 14000, 500)],
+            length: 600,
+            received: 0,
+        })
+    };
+    let mut s = sim();
+    s.orq.push_back(pending());
+    let mut rx = Receiver::new(inplace(true));
+    let direct = feed(&mut rx, &mut s, &stream, 37).unwrap();
+    assert!(direct > 1000, "{direct} bytes placed in place");
+    assert_eq!(s.bytes(BUF, BUF_IOVA + 5, 900), &write[..]);
+    assert_eq!(s.bytes(LOC, 12288, 100), &resp[..100]);
+    assert_eq!(s.bytes(LOC, 14000, 500), &resp[100..]);
+    assert_eq!(s.answered, vec![(7, None)]);
+
+    // A payload byte corrupted: the CRC at the trailer catches it, and the
+    // stream ends with the MPA CRC Terminate; the Read is not answered.
+    let mut bad = stream.clone();
+    bad[40] ^= 0x10;
+    let mut s = sim();
+    s.orq.push_back(pending());
+    let mut rx = Receiver::new(inplace(true));
+    let f = feed(&mut rx, &mut s, &bad, 37).unwrap_err();
+    assert_eq!(cause(&f).0, Cause::MPA_CRC, "{}", f.why);
+    assert!(s.answered.is_empty());
+
+    // Sink memory gone while the payload comes: a local protection error.
+    let write_len = mpa::peek_fpdu_len(&stream).unwrap();
+    let mut s = sim();
+    s.orq.push_back(pending());
+    let mut rx = Receiver::new(inplace(true));
+    let mut buf = stream[..write_len + 100].to_vec();
+    let (used, r) = rx.handle(&mut s, &buf);
+    r.unwrap();
+    buf.drain(..used);
+    assert!(buf.is_empty());
+    let (span, allowed) = rx.direct().expect("the response is being placed");
+    assert_eq!(span.stag, LOC);
+    xiw_engine::recv::Host::invalidate(&mut s, LOC).unwrap();
+    let e = s.write_span(&span, allowed, &[0; 4]).unwrap_err();
+    let f = rx.direct_lost(e);
+    assert_eq!(f.sq_status, Some(Status::LocalProtection));
+    assert!(rx.direct().is_none());
 }
 
 #[test]
@@ -486,6 +582,7 @@ fn a_peer_terminate_names_the_status_of_the_oldest_request() {
 
 /// One bad frame after a good Send: the Terminate's cause, what it copies,
 /// and what the receive in progress ends with.
+#[derive(Clone)]
 struct Case {
     name: &'static str,
     cause: Cause,
@@ -632,7 +729,11 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn every_violation_ends_in_its_terminate_with_the_headers_copied() {
-    for case in cases() {
+    // Whole, and in pieces with payloads placed in place: the same Terminate.
+    for (case, inplace_min, chunk) in cases()
+        .into_iter()
+        .flat_map(|c| [(c.clone(), 0, usize::MAX), (c, 1, 5)])
+    {
         let mut s = sim();
         post(&mut s, 1, &[(12288, 16)]);
         if case.recv.is_some() {
@@ -643,9 +744,12 @@ fn every_violation_ends_in_its_terminate_with_the_headers_copied() {
         let bad = (case.frame)(&mut peer);
         let crc = peer.crc;
         let before = s.arena.clone();
-        let mut rx = Receiver::new(params(crc));
+        let mut rx = Receiver::new(Params {
+            inplace_min,
+            ..params(crc)
+        });
         feed(&mut rx, &mut s, &stream, stream.len()).unwrap();
-        let f = feed(&mut rx, &mut s, &bad, bad.len()).unwrap_err();
+        let f = feed(&mut rx, &mut s, &bad, chunk).unwrap_err();
         let (got, t) = cause(&f);
         assert_eq!(got, case.cause, "{}: {}", case.name, f.why);
         assert_eq!(

@@ -31,6 +31,8 @@ mod atomic;
 mod durable;
 #[path = "../bench/floor.rs"]
 mod floor;
+#[path = "../bench/inplace.rs"]
+mod inplace;
 #[path = "../bench/instr.rs"]
 mod instr;
 #[path = "../bench/perftest.rs"]
@@ -54,6 +56,7 @@ const USAGE: &str = "\
 usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--root DIR]
                  [--log-dir DIR]
        xiw-bench --instr [--root DIR]
+       xiw-bench --inplace [--quick] [--repeat N] [--root DIR]
        xiw-bench --reactor
 
   --quick       one round of a fifth of the iterations and 0.3 s per log
@@ -69,6 +72,10 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
                 /var/tmp; a real file system: tmpfs cannot be flushed to)
   --instr       only the instructions per 2-byte message on each side of
                 ib_send_bw and ib_write_bw, counted by callgrind (valgrind)
+  --inplace     only large transfers with payloads copied through the
+                staging buffers (XIW_INPLACE_MIN=0) and placed and sent in
+                place (the default), with and without CRC: bandwidth and CPU
+                seconds per GiB on each side
   --reactor     only the wake round trip of a waiting thread with raw epoll
                 and with the polling crate (the reactor choice)
 
@@ -80,6 +87,7 @@ const PAIR_TIMEOUT: Duration = Duration::from_secs(120);
 struct Opts {
     quick: bool,
     instr: bool,
+    inplace: bool,
     reactor: bool,
     spin_us: Option<u64>,
     no_crc: bool,
@@ -93,6 +101,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         quick: false,
         instr: false,
+        inplace: false,
         reactor: false,
         spin_us: None,
         no_crc: false,
@@ -109,6 +118,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         match a.as_str() {
             "--quick" => o.quick = true,
             "--instr" => o.instr = true,
+            "--inplace" => o.inplace = true,
             "--reactor" => o.reactor = true,
             "--no-crc" => o.no_crc = true,
             "--spin-us" => o.spin_us = Some(num(val(a)?)?),
@@ -1070,6 +1080,101 @@ fn instr_bench(o: &Opts) -> ExitCode {
     }
 }
 
+/// `--inplace`: payloads through the staging buffers against in place.
+fn inplace_bench(o: &Opts) -> ExitCode {
+    let dev = harness::device_at(&o.root, "lo", "127.0.0.1");
+    let exe = std::env::current_exe().expect("own path");
+    let exe = exe.to_str().expect("utf-8 path");
+    let scale = if o.quick { 5 } else { 1 };
+    // (tool, size, iterations, whether the server is the receiving side)
+    let cases = [
+        ("ib_write_bw", 1 << 20, 3000 / scale, true),
+        ("ib_read_bw", 1 << 20, 2000 / scale, false),
+        ("ib_write_bw", 64 << 10, 40000 / scale, true),
+    ];
+    let configs = [(true, false), (true, true), (false, false), (false, true)];
+    // Per case and config: bandwidth, receiver and sender CPU (user+sys, user).
+    let mut acc: BTreeMap<(usize, usize), Vec<[f64; 5]>> = BTreeMap::new();
+    let mut failed = false;
+    for round in 0..o.repeat {
+        for (ci, &(tool, size, iters, server_receives)) in cases.iter().enumerate() {
+            for (ki, &(crc, inplace)) in configs.iter().enumerate() {
+                let env = [
+                    ("XIW_CRC", if crc { "1" } else { "0" }.to_string()),
+                    (
+                        "XIW_INPLACE_MIN",
+                        if inplace { "8192" } else { "0" }.to_string(),
+                    ),
+                ];
+                match inplace::measure(&dev, exe, &env, tool, size, iters) {
+                    Ok(m) => {
+                        let (rx, tx) = if server_receives {
+                            (m.server, m.client)
+                        } else {
+                            (m.client, m.server)
+                        };
+                        eprintln!(
+                            "  round {round}: {tool} -s {size} crc={crc} inplace={inplace}: \
+                             {:.0} MB/s, receiver {:.2}+{:.2} s/GiB, sender {:.2}+{:.2} s/GiB",
+                            m.bw, rx.0, rx.1, tx.0, tx.1
+                        );
+                        acc.entry((ci, ki)).or_default().push([
+                            m.bw,
+                            rx.0 + rx.1,
+                            rx.0,
+                            tx.0 + tx.1,
+                            tx.0,
+                        ]);
+                    }
+                    Err(e) => {
+                        eprintln!("xiw-bench: {e}");
+                        failed = true;
+                    }
+                }
+            }
+        }
+    }
+    harness::device_down(&o.root);
+    println!(
+        "## xiw-bench --inplace: payloads copied (XIW_INPLACE_MIN=0) or in place (8192), {} round(s), medians\n",
+        o.repeat
+    );
+    println!(
+        "CPU: seconds per GiB moved, user+sys (user), of the whole process \
+         (its progress thread included; perftest's sender busy-polls its CQ).\n"
+    );
+    let mut t = Table::new(&[
+        "transfer",
+        "CRC",
+        "payloads",
+        "MB/s",
+        "receiver CPU",
+        "sender CPU",
+    ]);
+    for (ci, &(tool, size, _, _)) in cases.iter().enumerate() {
+        for (ki, &(crc, inplace)) in configs.iter().enumerate() {
+            let v = acc.remove(&(ci, ki)).unwrap_or_default();
+            let col = |k: usize| Value::of(v.iter().map(|s| s[k]).collect());
+            let mid =
+                |k: usize, d: usize| col(k).mid.map_or("n/a".to_string(), |m| format!("{m:.d$}"));
+            t.row(vec![
+                format!("`{tool} -s {size}`"),
+                if crc { "on" } else { "off" }.into(),
+                if inplace { "in place" } else { "copied" }.into(),
+                col(0).show(0),
+                format!("{} ({})", mid(1, 2), mid(2, 2)),
+                format!("{} ({})", mid(3, 2), mid(4, 2)),
+            ]);
+        }
+    }
+    t.print();
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 fn sub(r: std::io::Result<String>) -> ExitCode {
     match r {
         Ok(line) => {
@@ -1115,12 +1220,14 @@ fn main() -> ExitCode {
                 Duration::from_millis(ms),
             ))
         }
+        Some("cpu-of") if args.len() >= 2 => inplace::cpu_of(&args[1..]),
         Some("qpmem-client") if args.len() == 4 => {
             let n = args[3].parse().unwrap_or(1);
             sub(qpmem::run("xiw0", port_of(&args[2]), Some(&args[1]), n))
         }
         _ => match parse_opts(&args) {
             Ok(o) if o.instr => instr_bench(&o),
+            Ok(o) if o.inplace => inplace_bench(&o),
             Ok(o) if o.reactor => reactor_bench(),
             Ok(o) => bench(o),
             Err(e) => {

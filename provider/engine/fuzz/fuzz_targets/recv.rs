@@ -1,7 +1,9 @@
 //! The receive engine after a successful MPA exchange, fed arbitrary FPDUs
 //! (sealed with a correct CRC, so the fuzzer reaches DDP and RDMAP) in
 //! arbitrary pieces, with three regions registered: it never panics, stops at
-//! its first failure, and writes nothing outside memory that allows it.
+//! its first failure, and writes nothing outside memory that allows it,
+//! whether payloads are buffered or (large ones, in some configurations)
+//! read from the stream straight into the memory the engine names.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -33,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         access: qp_access,
         extensions: cfg & 16 != 0,
         merge_imm: cfg & 32 != 0,
+        inplace_min: if cfg & 64 != 0 { 16 } else { 0 },
     };
     let mut s = Sim::new(6144, 0xa5);
     s.register(
@@ -81,14 +84,31 @@ fuzz_target!(|data: &[u8]| {
     let mut rx = Receiver::new(p);
     let mut buf = Vec::new();
     let mut failed = false;
-    for piece in stream.chunks(*chunk as usize + 1) {
-        buf.extend_from_slice(piece);
-        let (used, r) = rx.handle(&mut s, &buf);
-        assert!(used <= buf.len());
-        buf.drain(..used);
-        if r.is_err() {
-            failed = true;
-            break;
+    'stream: for mut piece in stream.chunks(*chunk as usize + 1) {
+        while !piece.is_empty() {
+            // As a driver does: into the memory the engine names while it
+            // places a payload in place, checked again, else into the buffer.
+            if let Some((span, allowed)) = rx.direct() {
+                assert!(buf.is_empty(), "placing in place with bytes buffered");
+                let take = piece.len().min(span.len as usize);
+                if let Err(e) = s.write_span(&span, allowed, &piece[..take]) {
+                    let _ = rx.direct_lost(e);
+                    failed = true;
+                    break 'stream;
+                }
+                rx.direct_placed(&piece[..take]);
+                piece = &piece[take..];
+                continue;
+            }
+            buf.extend_from_slice(piece);
+            piece = &[];
+            let (used, r) = rx.handle(&mut s, &buf);
+            assert!(used <= buf.len());
+            buf.drain(..used);
+            if r.is_err() {
+                failed = true;
+                break 'stream;
+            }
         }
     }
     if !failed {
