@@ -15,6 +15,7 @@ use xiw_abi::verbs::*;
 
 /// Why an access was refused (the engine's type: it maps it to a Terminate).
 pub use xiw_engine::fault::AccessFault as AccessError;
+use xiw_engine::send::Span;
 
 pub struct Mr {
     /// Host address of the first byte.
@@ -194,10 +195,10 @@ impl MrTable {
         allowed: u32,
         f: impl FnOnce(u64, &Mr) -> R,
     ) -> Result<R, AccessError> {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        let mr = lookup(&s, stag)?;
-        let host = mr.check(pd, to, len as u64, need, allowed)?;
-        Ok(f(host, mr))
+        self.with_reader(|r| {
+            let (host, mr) = r.mr(stag, pd, to, len, need, allowed)?;
+            Ok(f(host as u64, mr))
+        })
     }
 
     /// Runs `f` on the 64-bit word at `to` (RFC 7306 section 5: the caller has
@@ -305,9 +306,45 @@ impl Reader<'_> {
         need: u32,
         allowed: u32,
     ) -> Result<*mut u8, AccessError> {
+        self.mr(stag, pd, to, len, need, allowed).map(|(at, _)| at)
+    }
+
+    /// As [`Reader::mem`], with the MR itself.
+    fn mr(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        len: usize,
+        need: u32,
+        allowed: u32,
+    ) -> Result<(*mut u8, &Mr), AccessError> {
         let mr = lookup(&self.0, stag)?;
-        mr.check(pd, to, len as u64, need, allowed)
-            .map(|a| a as *mut u8)
+        let at = mr.check(pd, to, len as u64, need, allowed)?;
+        Ok((at as *mut u8, mr))
+    }
+
+    /// The spans of registered memory `parts` (key, address, length) cover,
+    /// each checked for `need`, appended to `out`; the bytes they hold.
+    pub fn spans(
+        &self,
+        pd: u32,
+        parts: impl Iterator<Item = (u32, u64, usize)>,
+        need: u32,
+        out: &mut Vec<Span>,
+    ) -> Result<usize, AccessError> {
+        let mut found = 0;
+        for (key, addr, len) in parts {
+            self.mem(key, pd, addr, len, need, u32::MAX)?;
+            out.push(Span {
+                stag: key,
+                to: addr,
+                len: len as u32,
+                need,
+            });
+            found += len;
+        }
+        Ok(found)
     }
 }
 

@@ -335,19 +335,10 @@ impl recv::Host for Placer<'_> {
         spans: &mut Vec<Span>,
     ) -> Result<bool, AccessError> {
         let qp = self.qp;
-        let mut found = 0;
-        for (lkey, addr, take) in sge_spans(l, off, n) {
-            qp.sh
-                .mrs
-                .with_mem(lkey, qp.pd, addr, take, IBV_ACCESS_LOCAL_WRITE, |_| ())?;
-            spans.push(Span {
-                stag: lkey,
-                to: addr,
-                len: take as u32,
-                need: IBV_ACCESS_LOCAL_WRITE,
-            });
-            found += take;
-        }
+        let found = qp
+            .sh
+            .mrs
+            .with_reader(|r| r.spans(qp.pd, sge_spans(l, off, n), IBV_ACCESS_LOCAL_WRITE, spans))?;
         Ok(found == n)
     }
 

@@ -396,19 +396,10 @@ impl send::SendHost for SqHost<'_> {
             return Ok(false);
         };
         let qp = self.qp;
-        let mut found = 0;
-        for (lkey, addr, take) in sge_spans(sges, off, n) {
-            qp.sh
-                .mrs
-                .with_mem(lkey, qp.pd, addr, take, NEED_NONE, |_| ())?;
-            spans.push(Span {
-                stag: lkey,
-                to: addr,
-                len: take as u32,
-                need: NEED_NONE,
-            });
-            found += take;
-        }
+        let found = qp
+            .sh
+            .mrs
+            .with_reader(|r| r.spans(qp.pd, sge_spans(sges, off, n), NEED_NONE, spans))?;
         if found != n {
             return Err(AccessError::Bounds);
         }

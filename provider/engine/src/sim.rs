@@ -244,13 +244,16 @@ impl Sim {
         Ok(())
     }
 
-    fn gather_sges(
+    /// The spans of `n` bytes of `sges` from offset `off`, each checked for
+    /// `need`: the one walk of an SGE list.
+    fn spans(
         &self,
         sges: &Sges,
         mut off: u64,
         mut n: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), AccessFault> {
+        need: u32,
+    ) -> Result<Vec<Span>, AccessFault> {
+        let mut out = Vec::new();
         for &(lkey, to, len) in sges {
             if n == 0 {
                 break;
@@ -260,39 +263,40 @@ impl Sim {
                 continue;
             }
             let take = ((len as u64 - off) as usize).min(n);
-            let at = self.resolve(lkey, to + off, take as u64, 0, u32::MAX)?;
-            out.extend_from_slice(&self.arena[at..at + take]);
+            self.resolve(lkey, to + off, take as u64, need, u32::MAX)?;
+            out.push(Span {
+                stag: lkey,
+                to: to + off,
+                len: take as u32,
+                need,
+            });
             n -= take;
             off = 0;
+        }
+        if n > 0 {
+            return Err(AccessFault::Bounds);
+        }
+        Ok(out)
+    }
+
+    fn gather_sges(
+        &self,
+        sges: &Sges,
+        off: u64,
+        n: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), AccessFault> {
+        for s in self.spans(sges, off, n, 0)? {
+            self.read_span(&s, out)?;
         }
         Ok(())
     }
 
-    fn scatter_sges(
-        &mut self,
-        sges: &Sges,
-        mut off: u64,
-        mut data: &[u8],
-    ) -> Result<(), AccessFault> {
-        for &(lkey, to, len) in sges {
-            if data.is_empty() {
-                break;
-            }
-            if off >= len as u64 {
-                off -= len as u64;
-                continue;
-            }
-            let take = ((len as u64 - off) as usize).min(data.len());
-            let at = self.resolve(
-                lkey,
-                to + off,
-                take as u64,
-                crate::queue1::access::LOCAL_WRITE,
-                u32::MAX,
-            )?;
-            self.arena[at..at + take].copy_from_slice(&data[..take]);
-            data = &data[take..];
-            off = 0;
+    fn scatter_sges(&mut self, sges: &Sges, off: u64, mut data: &[u8]) -> Result<(), AccessFault> {
+        for s in self.spans(sges, off, data.len(), access::LOCAL_WRITE)? {
+            let (now, rest) = data.split_at(s.len as usize);
+            self.write_span(&s, u32::MAX, now)?;
+            data = rest;
         }
         Ok(())
     }
@@ -382,32 +386,11 @@ impl Host for Sim {
     fn locate_local(
         &mut self,
         l: &Sges,
-        mut off: u64,
-        mut n: usize,
+        off: u64,
+        n: usize,
         spans: &mut Vec<Span>,
     ) -> Result<bool, AccessFault> {
-        for &(lkey, to, len) in l {
-            if n == 0 {
-                break;
-            }
-            if off >= len as u64 {
-                off -= len as u64;
-                continue;
-            }
-            let take = ((len as u64 - off) as usize).min(n);
-            self.resolve(lkey, to + off, take as u64, access::LOCAL_WRITE, u32::MAX)?;
-            spans.push(Span {
-                stag: lkey,
-                to: to + off,
-                len: take as u32,
-                need: access::LOCAL_WRITE,
-            });
-            n -= take;
-            off = 0;
-        }
-        if n > 0 {
-            return Err(AccessFault::Bounds);
-        }
+        spans.extend(self.spans(l, off, n, access::LOCAL_WRITE)?);
         Ok(true)
     }
 
@@ -501,32 +484,11 @@ impl SendHost for Sim {
     fn locate(
         &mut self,
         p: &Sges,
-        mut off: u64,
-        mut n: usize,
+        off: u64,
+        n: usize,
         spans: &mut Vec<Span>,
     ) -> Result<bool, AccessFault> {
-        for &(lkey, to, len) in p {
-            if n == 0 {
-                break;
-            }
-            if off >= len as u64 {
-                off -= len as u64;
-                continue;
-            }
-            let take = ((len as u64 - off) as usize).min(n);
-            self.resolve(lkey, to + off, take as u64, 0, u32::MAX)?;
-            spans.push(Span {
-                stag: lkey,
-                to: to + off,
-                len: take as u32,
-                need: 0,
-            });
-            n -= take;
-            off = 0;
-        }
-        if n > 0 {
-            return Err(AccessFault::Bounds);
-        }
+        spans.extend(self.spans(p, off, n, 0)?);
         Ok(true)
     }
 
