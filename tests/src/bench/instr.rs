@@ -3,9 +3,11 @@
 //!
 //! - posting: the requester's `post_send` (framing, and handing the bytes to
 //!   the socket), inclusive, divided by the messages;
-//! - receiving: the responder's receive path (`rx::read_stream`: parsing,
-//!   checks, placement, the completion) plus, for Sends, re-posting the
-//!   receive (`post_recv`), divided by the messages.
+//! - receiving: the responder's receive path from the bytes read
+//!   (`rx::take_in`: parsing, checks, placement, the completion) plus, for
+//!   Sends, re-posting the receive (`post_recv`), divided by the messages.
+//!   The read itself and the polls that find nothing are not counted: they
+//!   are the system call and the application's waiting.
 //!
 //! Only user-space instructions count (callgrind sees no kernel work), so
 //! this follows the provider's own cost, not the machine's speed.
@@ -20,7 +22,7 @@ use xiw_tests::harness::{self, Device};
 /// names them: the demangled symbol's first and last parts (the verbs entry
 /// points have moved between modules; this matches them wherever they are).
 const POSTING: &[(&str, &str)] = &[("xiw::verbs", "::post_send")];
-const RECEIVING: &[(&str, &str)] = &[("xiw::rx", "::read_stream")];
+const RECEIVING: &[(&str, &str)] = &[("xiw::rx", "::take_in")];
 const REPOST: &[(&str, &str)] = &[("xiw::verbs", "::post_recv")];
 
 pub struct Count {
