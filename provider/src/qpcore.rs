@@ -328,7 +328,6 @@ pub enum SendBody {
     Inline(InlineBytes),
 }
 
-/// A work request's SGEs: a few without a heap allocation.
-pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
+pub use crate::queue::SgeList;
 /// Inline payload, copied at post time (at most `MAX_INLINE` bytes).
 pub type InlineBytes = smallvec::SmallVec<[u8; 64]>;

@@ -108,11 +108,14 @@ impl Ring {
     }
 }
 
+/// A work request's SGEs: a few without a heap allocation.
+pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
+
 /// A receive WQE taken off a ring.
 #[derive(Clone, Debug, Default)]
 pub struct RecvJob {
     pub wr_id: u64,
-    pub sges: Vec<Sge>,
+    pub sges: SgeList,
     pub length: u64,
 }
 
@@ -184,7 +187,7 @@ pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
     let job = unsafe {
         let hdr: RecvWqe = ring.read(c, 0);
         let n = (hdr.num_sge as usize).min(MAX_SGE as usize);
-        let mut sges = Vec::with_capacity(n);
+        let mut sges = SgeList::with_capacity(n);
         for k in 0..n {
             sges.push(ring.read::<Sge>(
                 c,

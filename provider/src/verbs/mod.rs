@@ -178,9 +178,9 @@ unsafe fn retire_events<T: EventTarget>(sh: &Shared, obj: *mut T) {
 ///
 /// # Safety
 /// `list` is null or points at `n` SGEs.
-unsafe fn sge_list(list: *const ibv_sge, n: usize) -> Vec<Sge> {
+unsafe fn sge_list(list: *const ibv_sge, n: usize) -> SgeList {
     if n == 0 || list.is_null() {
-        return Vec::new();
+        return SgeList::new();
     }
     // SAFETY: per the caller.
     unsafe { std::slice::from_raw_parts(list, n) }

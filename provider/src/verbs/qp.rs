@@ -529,7 +529,7 @@ pub(super) unsafe extern "C" fn post_send(
         }
         // SAFETY: ours.
         let x = unsafe { qp_of(qp) };
-        let mut wrs = Vec::new();
+        let mut wrs: smallvec::SmallVec<[*mut ibv_send_wr; 8]> = smallvec::SmallVec::new();
         let mut cur = wr;
         while !cur.is_null() {
             wrs.push(cur);

@@ -172,9 +172,14 @@ pub(super) unsafe extern "C" fn post_srq_recv(
     })
 }
 
-pub(super) unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (Vec<RecvJob>, Vec<*mut ibv_recv_wr>) {
-    let mut jobs = Vec::new();
-    let mut wrs = Vec::new();
+/// Receive WQEs as posted; a few without a heap allocation.
+pub(super) type RecvJobs = smallvec::SmallVec<[RecvJob; 4]>;
+/// The caller's WRs, for reporting the one refused.
+pub(super) type RecvWrs = smallvec::SmallVec<[*mut ibv_recv_wr; 4]>;
+
+pub(super) unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (RecvJobs, RecvWrs) {
+    let mut jobs = RecvJobs::new();
+    let mut wrs = RecvWrs::new();
     while !wr.is_null() {
         // SAFETY: the caller's linked list of valid WRs.
         let w = unsafe { &*wr };

@@ -27,7 +27,7 @@ pub(super) struct Batch {
 }
 
 impl Batch {
-    fn seal(&mut self, q: &Qp, sges: Vec<Sge>, inline: bool) {
+    fn seal(&mut self, q: &Qp, sges: SgeList, inline: bool) {
         let Some((wqe, flags)) = self.pending.take() else {
             return;
         };
@@ -40,7 +40,7 @@ impl Batch {
             self.err = libc::EINVAL;
             return;
         }
-        match finish_wqe(q, wqe, flags, SgeList::from_vec(sges)) {
+        match finish_wqe(q, wqe, flags, sges) {
             Ok(item) => self.items.push(item),
             Err(e) => self.err = e,
         }
@@ -82,7 +82,7 @@ pub(super) fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe
     // SAFETY: ours; wr_id/wr_flags are plain fields the section's owner just wrote.
     let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
     with_batch(q, |x, b| {
-        b.seal(&x.qp, Vec::new(), false);
+        b.seal(&x.qp, SgeList::new(), false);
         let mut wqe = SendWqe {
             wr_id,
             opcode,
@@ -134,7 +134,7 @@ pub(super) unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
             );
             return libc::EINVAL;
         };
-        batch.seal(&x.qp, Vec::new(), false);
+        batch.seal(&x.qp, SgeList::new(), false);
         if batch.err != 0 {
             return batch.err;
         }
@@ -262,7 +262,7 @@ pub(crate) fn fail_batch(q: *mut ibv_qp_ex, err: i32) {
     })
 }
 
-pub(super) fn set_payload(q: *mut ibv_qp_ex, sges: Vec<Sge>, inline: bool) {
+pub(super) fn set_payload(q: *mut ibv_qp_ex, sges: SgeList, inline: bool) {
     with_batch(q, |x, b| {
         if b.pending.is_none() {
             b.err = libc::EINVAL;
@@ -273,7 +273,7 @@ pub(super) fn set_payload(q: *mut ibv_qp_ex, sges: Vec<Sge>, inline: bool) {
 }
 
 pub(super) unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    set_payload(q, vec![Sge { addr, length, lkey }], false)
+    set_payload(q, smallvec::smallvec![Sge { addr, length, lkey }], false)
 }
 
 pub(super) unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
@@ -288,7 +288,7 @@ pub(super) unsafe extern "C" fn wr_set_inline_data(
 ) {
     set_payload(
         q,
-        vec![Sge {
+        smallvec::smallvec![Sge {
             addr: addr as u64,
             length: length as u32,
             lkey: 0,
@@ -303,7 +303,7 @@ pub(super) unsafe extern "C" fn wr_set_inline_data_list(
     list: *const ibv_data_buf,
 ) {
     let sges = if n == 0 || list.is_null() {
-        Vec::new()
+        SgeList::new()
     } else {
         // SAFETY: the caller passes `n` buffers at `list`.
         unsafe { std::slice::from_raw_parts(list, n) }
