@@ -603,7 +603,13 @@ impl<L: Clone, P> Sender<L, P> {
     where
         H: SendHost<Local = L, Payload = P>,
     {
-        match std::mem::replace(&mut self.media, Media::Idle) {
+        // Only a finished medium job is taken out (the enum is large).
+        let media = match self.media {
+            Media::Done(_) => std::mem::replace(&mut self.media, Media::Idle),
+            Media::Busy(t) => Media::Busy(t),
+            Media::Idle => Media::Idle,
+        };
+        match media {
             Media::Done(Ok((op, body))) => {
                 return Ok(Some(Cur {
                     job: Job::Respond(op, body),
@@ -636,12 +642,16 @@ impl<L: Clone, P> Sender<L, P> {
             return Ok(None);
         };
         // Local protection is checked before the first byte goes out; a Read's
-        // data, an atomic's original and a hash land in the local buffers.
+        // data, an atomic's original and a hash land in the local buffers. A
+        // Send or Write of one FPDU needs no check of its own: gathering its
+        // payload checks every byte before any of it is framed.
         let need = match wr.op {
             WrOp::Read { .. } | WrOp::Atomic { .. } | WrOp::Verify { .. } => access::LOCAL_WRITE,
             _ => 0,
         };
-        if host.check_payload(&wr.payload, need).is_err() {
+        let one_fpdu = matches!(wr.op, WrOp::Send { imm: None, .. } | WrOp::Write { .. })
+            && wr.length as usize <= self.mulpdu;
+        if !one_fpdu && host.check_payload(&wr.payload, need).is_err() {
             return Err(Fail::local(
                 Status::LocalProtection,
                 "send WQE with a bad lkey",

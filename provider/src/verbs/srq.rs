@@ -173,9 +173,9 @@ pub(super) unsafe extern "C" fn post_srq_recv(
 }
 
 /// Receive WQEs as posted; a few without a heap allocation.
-pub(super) type RecvJobs = smallvec::SmallVec<[RecvJob; 4]>;
+pub(super) type RecvJobs = smallvec::SmallVec<[RecvJob; 1]>;
 /// The caller's WRs, for reporting the one refused.
-pub(super) type RecvWrs = smallvec::SmallVec<[*mut ibv_recv_wr; 4]>;
+pub(super) type RecvWrs = smallvec::SmallVec<[*mut ibv_recv_wr; 1]>;
 
 pub(super) unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (RecvJobs, RecvWrs) {
     let mut jobs = RecvJobs::new();
