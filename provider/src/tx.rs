@@ -814,3 +814,35 @@ impl Drop for TxGuard<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring's opcodes are classified once for admission (`queue1_request`,
+    /// before the request is taken) and once by the engine (`WrOp::is_queue1`);
+    /// the two must agree for every opcode, or ORD would be miscounted.
+    #[test]
+    fn ring_and_engine_agree_on_queue1_requests() {
+        let sge = Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 0x100,
+        };
+        for opcode in 0..=u8::MAX {
+            let wqe = SendWqe {
+                opcode,
+                length: 8,
+                ..Default::default()
+            };
+            let op = wr_op(&wqe, &Body::Sges(smallvec::smallvec![sge]));
+            let invalid = matches!(op, WrOp::Invalid(_));
+            assert!(
+                invalid || queue1_request(opcode) == op.is_queue1(),
+                "opcode {opcode}: ring says {}, engine {op:?}",
+                queue1_request(opcode)
+            );
+            assert_eq!(invalid, opcode > op::ATOMIC_SWAP, "opcode {opcode}");
+        }
+    }
+}
