@@ -111,6 +111,19 @@ impl Ring {
 /// A work request's SGEs: a few without a heap allocation.
 pub type SgeList = smallvec::SmallVec<[Sge; 4]>;
 
+/// An SGE list of `n` entries made by `f`, pushed one by one: collecting
+/// through `Extend` costs more than the copies for the usual one or two.
+pub fn sges_of(n: usize, f: impl Fn(usize) -> Sge) -> SgeList {
+    let mut v = SgeList::new();
+    if n > v.inline_size() {
+        v.reserve_exact(n);
+    }
+    for k in 0..n {
+        v.push(f(k));
+    }
+    v
+}
+
 /// A receive WQE taken off a ring.
 #[derive(Clone, Debug, Default)]
 pub struct RecvJob {

@@ -15,7 +15,7 @@ use xiw_engine::send::{self, AtomicOp, Completion, Piece, Sender, Span, Wr, WrCl
 
 use crate::mem::{self, AccessError, NEED_NONE};
 use crate::qpcore::{QpCore, SgeList};
-use crate::queue::{sge_spans, MAX_SGE};
+use crate::queue::{sge_spans, sges_of, MAX_SGE};
 use crate::wire::{atomic, commit, rdmap};
 pub use xiw_engine::fault::Fail;
 
@@ -308,11 +308,10 @@ impl send::SendHost for SqHost<'_> {
         } else {
             let n = (wqe.num_sge as usize).min(MAX_SGE as usize);
             // SAFETY: as above; `num_sge` was bounded by max_send_sge at post time.
-            Body::Sges(
-                (0..n)
-                    .map(|k| unsafe { qp.sq.read::<Sge>(idx, size_of::<SendWqe>() + k * 16) })
-                    .collect(),
-            )
+            Body::Sges(sges_of(n, |k| unsafe {
+                qp.sq
+                    .read::<Sge>(idx, size_of::<SendWqe>() + k * size_of::<Sge>())
+            }))
         };
         *self.next = idx.wrapping_add(1);
         *slot_of(self.slots, idx) = Some(Slot::Sent);

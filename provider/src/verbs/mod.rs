@@ -183,14 +183,12 @@ unsafe fn sge_list(list: *const ibv_sge, n: usize) -> SgeList {
         return SgeList::new();
     }
     // SAFETY: per the caller.
-    unsafe { std::slice::from_raw_parts(list, n) }
-        .iter()
-        .map(|s| Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        })
-        .collect()
+    let list = unsafe { std::slice::from_raw_parts(list, n) };
+    crate::queue::sges_of(n, |k| Sge {
+        addr: list[k].addr,
+        length: list[k].length,
+        lkey: list[k].lkey,
+    })
 }
 
 mod cq;

@@ -444,18 +444,12 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
             _ => return Err(libc::EINVAL),
         }
     }
-    finish_wqe(
-        q,
-        wqe,
-        w.send_flags,
-        sges.iter()
-            .map(|s| Sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect(),
-    )
+    let sges = crate::queue::sges_of(sges.len(), |k| Sge {
+        addr: sges[k].addr,
+        length: sges[k].length,
+        lkey: sges[k].lkey,
+    });
+    finish_wqe(q, wqe, w.send_flags, sges)
 }
 
 /// Applies send flags and builds the body (inline bytes are copied now).
