@@ -9,7 +9,7 @@
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use xiw_abi::ring::SendWqe;
@@ -17,11 +17,9 @@ use xiw_abi::verbs::*;
 use xiw_engine::queue1::Inbound;
 use xiw_engine::{recv, send};
 
-use crate::context::{Endpoint, Shared};
-use crate::cq::Cq;
+use crate::context::Endpoint;
 use crate::qpcore::QpCore;
 use crate::sock::Request;
-use crate::srq::Srq;
 use crate::tx::{TxCell, TxGuard};
 use crate::{cm, rx, tx};
 
@@ -47,23 +45,14 @@ impl std::ops::Deref for Qp {
 }
 
 impl Qp {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        sh: Arc<Shared>,
-        pd: u32,
-        send_cq: Arc<Cq>,
-        recv_cq: Arc<Cq>,
-        srq: Option<Arc<Srq>>,
-        caps: Caps,
-        sq_sig_all: bool,
-    ) -> std::io::Result<Qp> {
-        let core = QpCore::new(sh, pd, send_cq, recv_cq, srq, caps, sq_sig_all)?;
-        Ok(Qp {
+    /// The QP `core` with no connection yet.
+    pub fn new(core: QpCore) -> Qp {
+        Qp {
             cm: Mutex::new(cm::Cm::default()),
             rx: Mutex::new(rx::Rx::default()),
             tx: TxCell::new(core.sq.entries),
             core,
-        })
+        }
     }
 
     /// The transmit side, for work other than transmitting (see [`TxCell::lock`]).

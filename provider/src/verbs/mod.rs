@@ -22,6 +22,7 @@ use crate::devinfo;
 use crate::mem;
 use crate::mem::NEED_NONE;
 use crate::qp::{Caps, InlineBytes, Qp, RecvJob, SendBody, SgeList};
+use crate::qpcore::QpCore;
 use crate::srq::Srq;
 
 pub const MAX_CQE: u32 = 1 << 20;

@@ -100,15 +100,17 @@ pub(super) fn new_qp(
         }
     };
     let q = Qp::new(
-        sh.clone(),
-        p.id,
-        scq.cq.clone(),
-        rcq.cq.clone(),
-        srq,
-        caps,
-        a.sq_sig_all != 0,
-    )
-    .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+        QpCore::new(
+            sh.clone(),
+            p.id,
+            scq.cq.clone(),
+            rcq.cq.clone(),
+            srq,
+            caps,
+            a.sq_sig_all != 0,
+        )
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
+    );
     c.max_send_wr = q.sq.entries.min(crate::qp::MAX_QP_WR);
     c.max_recv_wr = q.rq.as_ref().map(|r| r.entries).unwrap_or(0);
     c.max_send_sge = caps.max_send_sge;
