@@ -112,14 +112,17 @@ impl Tx {
                 self.engine.advance(n as usize);
                 continue;
             }
-            self.complete_written(qp);
             let Tx {
                 engine,
                 next,
                 slots,
                 ..
             } = self;
-            if !engine.frame_more(&mut SqHost { qp, next, slots })? {
+            let framed = engine.frame_more(&mut SqHost { qp, next, slots })?;
+            // Also what finished without a byte to send (a Local Invalidate):
+            // nothing else would report it on an idle stream.
+            self.complete_written(qp);
+            if !framed {
                 break;
             }
         }

@@ -2596,6 +2596,7 @@ mod errors {
         "verify-out-of-bounds",
         "atomic-write-bad-sge",
         "builder-bad-args",
+        "local-invalidate-completes",
     ];
 
     /// The server's MRs, by name: every case must leave all of them unchanged.
@@ -2909,6 +2910,29 @@ mod errors {
                 verify(off(hashfile, LEN - 64), 128),
                 sys::IBV_WC_REM_ACCESS_ERR,
             ),
+            "local-invalidate-completes" => {
+                // A Local Invalidate frames nothing: it must complete at once
+                // all the same, here with the error of an STag that does not
+                // exist. First a Read, so that the stream is up and idle.
+                still_clean()?;
+                post(
+                    qp,
+                    &[SendWr {
+                        wr_id: 9,
+                        opcode: sys::IBV_WR_LOCAL_INV,
+                        flags: SIG,
+                        imm_data: bogus,
+                        ..Default::default()
+                    }],
+                    name,
+                )?;
+                let w = wait_one(cq, name)?;
+                if w.wr_id != 9 || w.opcode != sys::IBV_WC_LOCAL_INV {
+                    return Err(format!("{name}: unexpected completion {}", fmt_wc(&w)));
+                }
+                check_status(&w, sys::IBV_WC_MW_BIND_ERR, name)?;
+                Ok("an unknown STag: IBV_WC_MW_BIND_ERR".into())
+            }
             "atomic-write-bad-sge" => {
                 let aw = |sges: Vec<ibv::ibv_sge>| SendWr {
                     wr_id: 5,
@@ -3029,7 +3053,8 @@ mod errors {
             | sys::IBV_QP_EX_WITH_ATOMIC_WRITE
             | sys::IBV_QP_EX_WITH_RDMA_WRITE
             | sys::IBV_QP_EX_WITH_RDMA_READ
-            | sys::IBV_QP_EX_WITH_SEND) as u64
+            | sys::IBV_QP_EX_WITH_SEND
+            | sys::IBV_QP_EX_WITH_LOCAL_INV) as u64
             | xiwdv::XIWDV_QP_EX_WITH_FLUSH
             | xiwdv::XIWDV_QP_EX_WITH_VERIFY;
         for name in CASES {
