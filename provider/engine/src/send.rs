@@ -158,10 +158,7 @@ impl Span {
         if self.need & access::REMOTE_READ != 0 {
             Fail::local(Status::Flushed, "read source deregistered while answering")
         } else {
-            Fail::local(
-                Status::LocalProtection,
-                "send buffer deregistered while in flight",
-            )
+            send_buffer_lost()
         }
     }
 }
@@ -793,25 +790,22 @@ impl<L: Clone, P> Sender<L, P> {
             };
             let off = cur.sent;
             let payload = &wr.payload;
-            let lost = || {
-                Fail::local(
-                    Status::LocalProtection,
-                    "send buffer deregistered while in flight",
-                )
-            };
             let mut spans = std::mem::take(&mut self.scratch);
             spans.clear();
             let located = self.in_place(n)
                 && host
                     .locate(payload, off, n, &mut spans)
-                    .map_err(|_| lost())?;
+                    .map_err(|_| send_buffer_lost())?;
             let r = if located {
                 self.push_fpdu_spans(&hdr, &spans, n)
             } else {
                 self.push_fpdu(
                     &hdr,
                     &[],
-                    |buf| host.gather(payload, off, n, buf).map_err(|_| lost()),
+                    |buf| {
+                        host.gather(payload, off, n, buf)
+                            .map_err(|_| send_buffer_lost())
+                    },
                     n,
                 )
             };
@@ -1006,24 +1000,13 @@ impl<L: Clone, P> Sender<L, P> {
     ) -> Result<(), Fail> {
         debug_assert!(!self.crc, "a CRC must cover the bytes sent");
         if spans.iter().map(|s| s.len as usize).sum::<usize>() != payload_len {
-            // The driver located another length than asked: never frame it.
-            return Err(Fail::local(
-                Status::LocalProtection,
-                "payload of the wrong length",
-            ));
+            return Err(wrong_length());
         }
-        let start = self.buf.len();
-        let hlen = hdr.buffer_len();
-        let ulpdu = hlen + payload_len;
-        self.buf.extend_from_slice(&(ulpdu as u16).to_be_bytes());
-        self.buf.resize(start + 2 + hlen, 0);
-        hdr.emit(&mut self.buf[start + 2..]);
+        let start = self.open_fpdu(hdr, &[], payload_len);
         let at = self.buf.len();
         self.spans
             .extend(spans.iter().filter(|s| s.len > 0).map(|&s| (at, s)));
-        // Pad, then the CRC field, unused without CRC.
-        self.buf.resize(at + mpa::pad_len(ulpdu) + mpa::CRC_LEN, 0);
-        self.framed += (2 + ulpdu + mpa::pad_len(ulpdu) + mpa::CRC_LEN) as u64;
+        self.close_fpdu(start, payload_len);
         Ok(())
     }
 
@@ -1042,38 +1025,64 @@ impl<L: Clone, P> Sender<L, P> {
         payload: impl FnOnce(&mut Vec<u8>) -> Result<(), Fail>,
         payload_len: usize,
     ) -> Result<(), Fail> {
+        let start = self.open_fpdu(hdr, extra, payload_len);
+        let end = self.buf.len() + payload_len;
+        let r = payload(&mut self.buf).and_then(|()| {
+            // The driver gathered another length than asked: never frame it.
+            (self.buf.len() == end)
+                .then_some(())
+                .ok_or_else(wrong_length)
+        });
+        if let Err(e) = r {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        self.close_fpdu(start, 0);
+        Ok(())
+    }
+
+    /// Starts an FPDU of `payload_len` payload bytes with its ULPDU_Length,
+    /// the DDP/RDMAP header and `extra` header bytes; returns where it starts.
+    fn open_fpdu(&mut self, hdr: &ddp::HeaderRepr, extra: &[u8], payload_len: usize) -> usize {
         let start = self.buf.len();
         let hlen = hdr.buffer_len();
         let ulpdu = hlen + extra.len() + payload_len;
         self.buf.extend_from_slice(&(ulpdu as u16).to_be_bytes());
-        self.buf.resize(start + 2 + hlen, 0);
-        hdr.emit(&mut self.buf[start + 2..]);
+        self.buf.resize(start + mpa::LEN_FIELD_LEN + hlen, 0);
+        hdr.emit(&mut self.buf[start + mpa::LEN_FIELD_LEN..]);
         self.buf.extend_from_slice(extra);
-        if let Err(e) = payload(&mut self.buf) {
-            self.buf.truncate(start);
-            return Err(e);
-        }
-        if self.buf.len() != start + 2 + ulpdu {
-            // The driver gathered another length than asked: never frame it.
-            self.buf.truncate(start);
-            return Err(Fail::local(
-                Status::LocalProtection,
-                "payload of the wrong length",
-            ));
-        }
-        let pad = mpa::pad_len(ulpdu);
-        self.buf.resize(self.buf.len() + pad, 0);
+        start
+    }
+
+    /// Ends the FPDU at `start` with pad and trailer (the CRC, or zeros
+    /// without CRC); `in_place` of its payload bytes are spans, not in the buffer.
+    fn close_fpdu(&mut self, start: usize, in_place: usize) {
+        let ulpdu = usize::from(u16::from_be_bytes([self.buf[start], self.buf[start + 1]]));
+        self.buf.resize(self.buf.len() + mpa::pad_len(ulpdu), 0);
         let trailer = if self.crc {
+            debug_assert_eq!(in_place, 0, "a CRC must cover the bytes sent");
             let mut c = mpa::Crc::new();
             c.update(&self.buf[start..]);
             c.finish()
         } else {
-            [0; 4]
+            [0; mpa::CRC_LEN]
         };
         self.buf.extend_from_slice(&trailer);
-        self.framed += (self.buf.len() - start) as u64;
-        Ok(())
+        self.framed += (self.buf.len() - start + in_place) as u64;
     }
+}
+
+/// A driver located or gathered another payload length than asked.
+fn wrong_length() -> Fail {
+    Fail::local(Status::LocalProtection, "payload of the wrong length")
+}
+
+/// A work request's own buffer went away while it was being sent.
+fn send_buffer_lost() -> Fail {
+    Fail::local(
+        Status::LocalProtection,
+        "send buffer deregistered while in flight",
+    )
 }
 
 fn ctrl(op: rdmap::Opcode) -> u8 {
