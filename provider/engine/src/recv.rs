@@ -16,7 +16,7 @@
 
 use crate::fault::{AccessFault, Fail, Status};
 use crate::queue1::VERIFY_MAX_HASH;
-use crate::queue1::{access, flush_need, queue_of, Inbound, Outstanding, ReadResp};
+use crate::queue1::{access, flush_need, queue_of, Inbound, Outstanding, PendingRead, ReadResp};
 use crate::send::Span;
 use crate::wire::terminate::Cause;
 use crate::wire::{self, atomic, commit, ddp, mpa, rdmap};
@@ -287,10 +287,11 @@ impl<R> Receiver<R> {
         let Some(p) = self.placing.as_mut() else {
             return;
         };
+        let data = &data[..data.len().min(p.left as usize)];
         if let Some(c) = p.crc.as_mut() {
             c.update(data);
         }
-        let mut n = data.len().min(p.left as usize) as u32;
+        let mut n = data.len() as u32;
         p.left -= n;
         while n > 0 {
             let Some(s) = p.spans.front_mut() else { break };
@@ -311,7 +312,7 @@ impl<R> Receiver<R> {
             return Fail::stream("no payload was being placed");
         };
         if p.read_response {
-            Fail::local(Status::LocalProtection, "read sink with a bad lkey")
+            sink_lost()
         } else {
             Fail::placement(e, &p.dhdr, "RDMA Write refused")
         }
@@ -374,17 +375,11 @@ impl<R> Receiver<R> {
                 (false, self.access)
             }
             Some(rdmap::Opcode::ReadResponse) => {
-                let Some(Outstanding::Read(pr)) = host.oldest_outstanding() else {
+                let dhdr = &ulpdu[..ddp::TAGGED_HDR_LEN];
+                let Ok(pr) = answered_read(host, stag, to, payload_len as u64, hdr.last, dhdr)
+                else {
                     return Ok(None);
                 };
-                let received = pr.received + payload_len as u64;
-                if stag != pr.sink_stag
-                    || to != pr.sink_to.wrapping_add(pr.received)
-                    || received > pr.length
-                    || (hdr.last && received != pr.length)
-                {
-                    return Ok(None);
-                }
                 match host.locate_local(&pr.sink, pr.received, payload_len, &mut spans) {
                     Ok(true) => {}
                     _ => return Ok(None),
@@ -921,25 +916,20 @@ impl<R> Receiver<R> {
     }
 }
 
-/// Data of an RDMA Read Response, for the oldest outstanding request.
-fn read_response<H: Host>(
+/// The Read that `n` bytes of a Read Response (to `stag` at `to`, the last
+/// of it with `last`) answer: the oldest outstanding request, which must be
+/// a Read whose sink they fit exactly where its data has reached. Only the
+/// receive path advances `received`, so the copy is current.
+fn answered_read<H: Host>(
     host: &mut H,
     stag: u32,
     to: u64,
+    n: u64,
     last: bool,
-    payload: &[u8],
     dhdr: &[u8],
-) -> Result<(), Fail> {
+) -> Result<PendingRead<H::Local>, Fail> {
     let Some(Outstanding::Read(pr)) = host.oldest_outstanding() else {
         return Err(unexpected(dhdr));
-    };
-    let bounds = || {
-        Fail::terminate(
-            Cause::DDP_T_BASE_BOUNDS,
-            Some(dhdr),
-            None,
-            "Read Response outside the sink buffer",
-        )
     };
     if stag != pr.sink_stag {
         return Err(Fail::terminate(
@@ -949,19 +939,33 @@ fn read_response<H: Host>(
             "Read Response to an unknown sink STag",
         ));
     }
-    // Only this receive path advances `received`, so the copy is current.
-    let received = pr.received + payload.len() as u64;
+    let received = pr.received + n;
     if to != pr.sink_to.wrapping_add(pr.received)
         || received > pr.length
         || (last && received != pr.length)
     {
-        return Err(bounds());
-    }
-    if host.scatter(&pr.sink, pr.received, payload).is_err() {
-        return Err(Fail::local(
-            Status::LocalProtection,
-            "read sink with a bad lkey",
+        return Err(Fail::terminate(
+            Cause::DDP_T_BASE_BOUNDS,
+            Some(dhdr),
+            None,
+            "Read Response outside the sink buffer",
         ));
+    }
+    Ok(pr)
+}
+
+/// Data of an RDMA Read Response, for the oldest outstanding request.
+fn read_response<H: Host>(
+    host: &mut H,
+    stag: u32,
+    to: u64,
+    last: bool,
+    payload: &[u8],
+    dhdr: &[u8],
+) -> Result<(), Fail> {
+    let pr = answered_read(host, stag, to, payload.len() as u64, last, dhdr)?;
+    if host.scatter(&pr.sink, pr.received, payload).is_err() {
+        return Err(sink_lost());
     }
     if !host.read_arrived(payload.len() as u64, last) {
         return Err(Fail::stream("the Read was flushed while its data came"));
@@ -1025,6 +1029,11 @@ fn response<H: Host>(
     };
     host.answered(len);
     Ok(())
+}
+
+/// The local buffer a Read's data lands in cannot be written.
+fn sink_lost() -> Fail {
+    Fail::local(Status::LocalProtection, "read sink with a bad lkey")
 }
 
 fn unexpected(dhdr: &[u8]) -> Fail {
