@@ -50,8 +50,9 @@ pub struct Config {
     pub spin: Duration,
     /// Largest DDP payload per FPDU (XIW_MULPDU).
     pub mulpdu: usize,
-    /// Payloads of at least this many bytes are sent from registered memory
-    /// in place on streams without CRC (XIW_INPLACE_MIN, 0: always copied).
+    /// Payloads of at least this many bytes skip the staging buffers: placed
+    /// straight into registered memory as they arrive, and sent from it on
+    /// streams without CRC (XIW_INPLACE_MIN, 0: always copied).
     pub inplace_min: usize,
     /// How long a QP whose peer closed in order stays up before it fails
     /// (XIW_LINGER_MS).

@@ -325,14 +325,16 @@ impl Reader<'_> {
     }
 
     /// The spans of registered memory `parts` (key, address, length) cover,
-    /// each checked for `need`, appended to `out`; the bytes they hold.
+    /// each checked for `need`, appended to `out`; they must hold `n` bytes
+    /// in all.
     pub fn spans(
         &self,
         pd: u32,
         parts: impl Iterator<Item = (u32, u64, usize)>,
+        n: usize,
         need: u32,
         out: &mut Vec<Span>,
-    ) -> Result<usize, AccessError> {
+    ) -> Result<(), AccessError> {
         let mut found = 0;
         for (key, addr, len) in parts {
             self.mem(key, pd, addr, len, need, u32::MAX)?;
@@ -344,7 +346,10 @@ impl Reader<'_> {
             });
             found += len;
         }
-        Ok(found)
+        if found != n {
+            return Err(AccessError::Bounds);
+        }
+        Ok(())
     }
 }
 

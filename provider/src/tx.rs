@@ -398,13 +398,9 @@ impl send::SendHost for SqHost<'_> {
             return Ok(false);
         };
         let qp = self.qp;
-        let found = qp
-            .sh
+        qp.sh
             .mrs
-            .with_reader(|r| r.spans(qp.pd, sge_spans(sges, off, n), NEED_NONE, spans))?;
-        if found != n {
-            return Err(AccessError::Bounds);
-        }
+            .with_reader(|r| r.spans(qp.pd, sge_spans(sges, off, n), n, NEED_NONE, spans))?;
         Ok(true)
     }
 
