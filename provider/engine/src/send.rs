@@ -638,21 +638,19 @@ impl<L: Clone, P> Sender<L, P> {
         let Some(wr) = host.next_wr(admit) else {
             return Ok(None);
         };
-        // Local protection is checked before the first byte goes out; a Read's
-        // data, an atomic's original and a hash land in the local buffers. A
-        // Send or Write of one FPDU needs no check of its own: gathering its
-        // payload checks every byte before any of it is framed.
-        let need = match wr.op {
-            WrOp::Read { .. } | WrOp::Atomic { .. } | WrOp::Verify { .. } => access::LOCAL_WRITE,
-            _ => 0,
-        };
-        let one_fpdu = matches!(wr.op, WrOp::Send { imm: None, .. } | WrOp::Write { .. })
-            && wr.length as usize <= self.mulpdu;
-        if !one_fpdu && host.check_payload(&wr.payload, need).is_err() {
-            return Err(Fail::local(
-                Status::LocalProtection,
-                "send WQE with a bad lkey",
-            ));
+        // Local protection is checked before the request goes out: a Read's
+        // data, an atomic's original and a hash land in the local buffers. (A
+        // Send's or Write's payload is checked as it is framed, in frame_data.)
+        let lands = matches!(
+            wr.op,
+            WrOp::Read { .. } | WrOp::Atomic { .. } | WrOp::Verify { .. }
+        );
+        if lands
+            && host
+                .check_payload(&wr.payload, access::LOCAL_WRITE)
+                .is_err()
+        {
+            return Err(bad_lkey());
         }
         Ok(Some(Cur {
             job: Job::Sq(wr),
@@ -759,7 +757,15 @@ impl<L: Clone, P> Sender<L, P> {
             (false, false) => rdmap::Opcode::Send,
             (false, true) => rdmap::Opcode::SendSolicited,
         };
-        if send && cur.sent == 0 {
+        // Local protection is checked before the message's first byte goes
+        // out. A message of one FPDU is checked by gathering its payload, before
+        // anything of it is framed; a longer one, or one whose Immediate Data
+        // goes first, is checked whole now.
+        let first = cur.sent == 0;
+        if first && (total > self.mulpdu as u64 || (send && imm.is_some())) {
+            host.check_payload(&wr.payload, 0).map_err(|_| bad_lkey())?;
+        }
+        if send && first {
             if let Some(imm) = imm {
                 // Send with Immediate: Immediate Data, then the Send it belongs
                 // to, in one run of the stream (xiw's receiver gives both one
@@ -1075,6 +1081,11 @@ impl<L: Clone, P> Sender<L, P> {
 /// A driver located or gathered another payload length than asked.
 fn wrong_length() -> Fail {
     Fail::local(Status::LocalProtection, "payload of the wrong length")
+}
+
+/// A work request names a local buffer it may not use.
+fn bad_lkey() -> Fail {
+    Fail::local(Status::LocalProtection, "send WQE with a bad lkey")
 }
 
 /// A work request's own buffer went away while it was being sent.
