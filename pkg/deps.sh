@@ -37,7 +37,7 @@ xiw_ensure_cargo() {
         export PATH="${HOME:-/root}/.cargo/bin:$PATH"
     fi
     if ! command -v cargo >/dev/null 2>&1; then
-        echo "xiw: cargo not found: install a Rust toolchain >= 1.87 (https://rustup.rs)" >&2
+        echo "xiw: cargo not found: install a Rust toolchain >= 1.89 (https://rustup.rs)" >&2
         return 1
     fi
 }

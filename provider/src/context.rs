@@ -54,6 +54,10 @@ pub struct Config {
     /// straight into registered memory as they arrive, and sent from it on
     /// streams without CRC (XIW_INPLACE_MIN, 0: always copied).
     pub inplace_min: usize,
+    /// Largest payload of a lone Send or RDMA Write that is framed and handed
+    /// to the stream by the posting thread itself when nothing is queued
+    /// ahead of it, bypassing the send queue ring (XIW_POST_NOW_MAX, 0: never).
+    pub post_now_max: u64,
     /// How long a QP whose peer closed in order stays up before it fails
     /// (XIW_LINGER_MS).
     pub linger: Duration,
@@ -84,6 +88,7 @@ impl Config {
             spin: Duration::from_micros(num("XIW_SPIN_US", 0)),
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),
             inplace_min: num("XIW_INPLACE_MIN", 8192) as usize,
+            post_now_max: num("XIW_POST_NOW_MAX", 512),
             linger: Duration::from_millis(num("XIW_LINGER_MS", 1000)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),

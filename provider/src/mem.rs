@@ -271,6 +271,29 @@ impl MrTable {
         })
     }
 
+    /// Copies each local buffer of `parts` (key, address, length) in turn
+    /// into `out`, after the checks of a local read; the bytes copied. Fails
+    /// if any check fails or they do not fit.
+    pub fn gather(
+        &self,
+        pd: u32,
+        parts: impl Iterator<Item = (u32, u64, usize)>,
+        out: &mut [u8],
+    ) -> Result<usize, AccessError> {
+        self.with_reader(|r| {
+            let mut at = 0;
+            for (key, addr, len) in parts.filter(|p| p.2 > 0) {
+                let dst = out.get_mut(at..at + len).ok_or(AccessError::Bounds)?;
+                let src = r.mem(key, pd, addr, len, NEED_NONE, u32::MAX)?;
+                // SAFETY: `len` bytes inside a registered MR, which stays
+                // registered while the reader lives.
+                dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+                at += len;
+            }
+            Ok(at)
+        })
+    }
+
     /// Runs `f` with the table held for reading: memory [`Reader::mem`]
     /// resolves stays registered until `f` returns (deregistration waits).
     pub fn with_reader<R>(&self, f: impl FnOnce(&Reader<'_>) -> R) -> R {

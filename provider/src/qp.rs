@@ -12,12 +12,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use xiw_abi::ring::SendWqe;
+use xiw_abi::ring::{wqe_flag, SendWqe};
 use xiw_abi::verbs::*;
 use xiw_engine::queue1::Inbound;
 use xiw_engine::{recv, send};
 
 use crate::context::Endpoint;
+use crate::mem::AccessError;
 use crate::qpcore::QpCore;
 use crate::sock::Request;
 use crate::tx::{TxCell, TxGuard};
@@ -100,6 +101,63 @@ impl Qp {
             self.kick();
         }
         r
+    }
+
+    /// A lone Send or RDMA Write whose payload, `wqe.length` bytes that
+    /// `fill` gathers at post time, fits one FPDU, framed and handed to the
+    /// stream on the posting thread without passing through the send queue
+    /// ring, when the QP is in RTS and nothing is queued or unfinished ahead
+    /// of it. False, with nothing done, when it does not qualify or `fill`
+    /// fails: it then goes the usual way ([`Qp::post_send`]).
+    ///
+    /// Completion order holds because the send queue is empty and stays so
+    /// while `sq_post` is held: the completion is reported before another
+    /// request can be posted. A request the socket did not take whole is
+    /// put in the ring as taken, and completes as any other.
+    pub fn post_now(
+        &self,
+        mut wqe: SendWqe,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
+    ) -> bool {
+        let Some(op) = tx::data_op(&wqe) else {
+            return false;
+        };
+        self.sh.note_app_cpu();
+        let _posting = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        if self.state() != IBV_QPS_RTS {
+            return false;
+        }
+        let p = self.sq.producer();
+        if p != self.sq.consumer() {
+            return false;
+        }
+        let Some(mut tx) = self.tx.try_lock(&self.core) else {
+            return false;
+        };
+        if self.sq_sig_all {
+            wqe.flags |= wqe_flag::SIGNALED;
+        }
+        let r = tx.send_now(&self.core, &op, wqe.length as usize, fill);
+        match r {
+            Ok(None) => return false,
+            Ok(Some(true)) => {
+                self.complete_send(&wqe, IBV_WC_SUCCESS);
+                return true;
+            }
+            Ok(Some(false)) | Err(_) => {}
+        }
+        wqe.flags &= !wqe_flag::INLINE;
+        wqe.num_sge = 0;
+        // SAFETY: the ring is empty, so slot `p` is free; producers are
+        // serialised by `sq_post`, held here.
+        unsafe { self.sq.write(p, 0, wqe) };
+        self.sq.publish(p.wrapping_add(1));
+        tx.owe(p);
+        drop(tx);
+        if let Err(f) = r {
+            self.defer_fail(f);
+        }
+        true
     }
 
     pub fn post_recv(&self, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {

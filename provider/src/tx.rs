@@ -81,36 +81,9 @@ impl Tx {
     pub fn run(&mut self, qp: &QpCore) -> Result<(), Fail> {
         let Some(fd) = self.fd else { return Ok(()) };
         loop {
-            if self.engine.has_pending() {
-                let n = if self.engine.has_spans() {
-                    send_pieces(&self.engine, qp, fd)?
-                } else {
-                    let out = self.engine.pending();
-                    // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
-                    // QP's stream, kept open until the QP is dropped.
-                    unsafe {
-                        libc::send(
-                            fd,
-                            out.as_ptr() as *const libc::c_void,
-                            out.len(),
-                            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                        )
-                    }
-                };
-                if n < 0 {
-                    let e = std::io::Error::last_os_error();
-                    match e.raw_os_error() {
-                        Some(libc::EAGAIN) => {
-                            self.arm_out(qp, fd, true);
-                            self.complete_written(qp);
-                            return Ok(());
-                        }
-                        Some(libc::EINTR) => continue,
-                        _ => return Err(Fail::stream(format!("send: {e}"))),
-                    }
-                }
-                self.engine.advance(n as usize);
-                continue;
+            if !self.write_out(qp, fd)? {
+                self.complete_written(qp);
+                return Ok(());
             }
             let Tx {
                 engine,
@@ -128,6 +101,71 @@ impl Tx {
         }
         self.arm_out(qp, fd, false);
         Ok(())
+    }
+
+    /// Hands the engine's pending bytes to the stream until it has taken
+    /// them all (true) or the socket is full (false: EPOLLOUT is armed).
+    fn write_out(&mut self, qp: &QpCore, fd: i32) -> Result<bool, Fail> {
+        while self.engine.has_pending() {
+            let n = if self.engine.has_spans() {
+                send_pieces(&self.engine, qp, fd)?
+            } else {
+                let out = self.engine.pending();
+                // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
+                // QP's stream, kept open until the QP is dropped.
+                unsafe {
+                    libc::send(
+                        fd,
+                        out.as_ptr() as *const libc::c_void,
+                        out.len(),
+                        libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                    )
+                }
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => {
+                        self.arm_out(qp, fd, true);
+                        return Ok(false);
+                    }
+                    Some(libc::EINTR) => continue,
+                    _ => return Err(Fail::stream(format!("send: {e}"))),
+                }
+            }
+            self.engine.advance(n as usize);
+        }
+        Ok(true)
+    }
+
+    /// Frames `op`, a request of `len` payload bytes that `fill` gathers,
+    /// and hands it to the stream at once, if nothing is queued ahead of it
+    /// (see [`Sender::frame_now`]); the caller has checked that the send
+    /// queue holds nothing unfinished. `Ok(None)`: not taken, nothing changed
+    /// (also when `fill` fails). `Ok(Some(true))`: the stream took all of it,
+    /// the request is complete. `Ok(Some(false))` or `Err`: it is framed, and
+    /// the caller names it with [`Tx::owe`].
+    pub fn send_now(
+        &mut self,
+        qp: &QpCore,
+        op: &WrOp<Arc<[Sge]>>,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
+    ) -> Result<Option<bool>, Fail> {
+        let Some(fd) = self.fd else { return Ok(None) };
+        if self.engine.frame_now(op, len, fill) != Ok(true) {
+            return Ok(None);
+        }
+        self.write_out(qp, fd).map(Some)
+    }
+
+    /// The request [`Tx::send_now`] left partly unsent is send queue index
+    /// `idx`, just published: it completes once the stream takes the rest.
+    pub fn owe(&mut self, idx: u32) {
+        debug_assert_eq!(idx, self.next, "the send queue was empty");
+        self.next = idx.wrapping_add(1);
+        *self.slot(idx) = Some(Slot::Sent);
+        self.engine.complete_at(idx);
     }
 
     fn arm_out(&mut self, qp: &QpCore, fd: i32, on: bool) {
@@ -445,20 +483,10 @@ impl send::SendHost for SqHost<'_> {
 
 /// A send queue WQE as the engine's work request.
 fn wr_op(wqe: &SendWqe, payload: &Body) -> WrOp<Arc<[Sge]>> {
-    let (stag, to) = (wqe.rkey, wqe.remote_addr);
-    let solicited = wqe.flags & wqe_flag::SOLICITED != 0;
+    if let Some(op) = data_op(wqe) {
+        return op;
+    }
     match (wqe.opcode, payload) {
-        (op::SEND | op::SEND_IMM | op::SEND_INV, _) => WrOp::Send {
-            solicited,
-            invalidate: (wqe.opcode == op::SEND_INV).then_some(wqe.imm_or_inv),
-            imm: (wqe.opcode == op::SEND_IMM).then_some(wqe.imm_or_inv),
-        },
-        (op::WRITE | op::WRITE_IMM, _) => WrOp::Write {
-            stag,
-            to,
-            imm: (wqe.opcode == op::WRITE_IMM).then_some(wqe.imm_or_inv),
-            solicited,
-        },
         (op::LOCAL_INV, _) => WrOp::LocalInvalidate {
             stag: wqe.imm_or_inv,
         },
@@ -466,6 +494,25 @@ fn wr_op(wqe: &SendWqe, payload: &Body) -> WrOp<Arc<[Sge]>> {
         (o, Body::Inline { .. }) if queue1_request(o) => WrOp::Invalid("inline queue 1 request"),
         _ => WrOp::Invalid("unsupported opcode on the send queue"),
     }
+}
+
+/// A WQE of the Send family or an RDMA Write as the engine's work request.
+pub fn data_op(wqe: &SendWqe) -> Option<WrOp<Arc<[Sge]>>> {
+    let solicited = wqe.flags & wqe_flag::SOLICITED != 0;
+    Some(match wqe.opcode {
+        op::SEND | op::SEND_IMM | op::SEND_INV => WrOp::Send {
+            solicited,
+            invalidate: (wqe.opcode == op::SEND_INV).then_some(wqe.imm_or_inv),
+            imm: (wqe.opcode == op::SEND_IMM).then_some(wqe.imm_or_inv),
+        },
+        op::WRITE | op::WRITE_IMM => WrOp::Write {
+            stag: wqe.rkey,
+            to: wqe.remote_addr,
+            imm: (wqe.opcode == op::WRITE_IMM).then_some(wqe.imm_or_inv),
+            solicited,
+        },
+        _ => return None,
+    })
 }
 
 /// A queue 1 request; `local` is where its response lands.

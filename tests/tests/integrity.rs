@@ -143,3 +143,50 @@ fn integrity_across_namespaces() {
         &format!("integrity --qps 4 --ops 120 --seed {s} across namespaces"),
     );
 }
+
+fn stall_pair(dev: &Device, env: &[(&str, &str)]) -> Pair {
+    let p = port();
+    let mut srv = dev.cmd(BIN);
+    srv.envs(env.iter().copied());
+    srv.args(["stall", "--port", &p.to_string()]);
+    srv.args(["--timeout", &WATCHDOG_S.to_string()]);
+    let mut cli = dev.cmd(BIN);
+    cli.envs(env.iter().copied());
+    cli.args(["stall", "--port", &p.to_string(), "--server", &dev.addr]);
+    cli.args([
+        "--seed",
+        &seed(5).to_string(),
+        "--timeout",
+        &WATCHDOG_S.to_string(),
+    ]);
+    run_pair(srv, None, p, cli, TIMEOUT)
+}
+
+#[test]
+fn a_peer_that_stops_reading_gets_everything_in_order_when_it_resumes() {
+    // Lone small Writes and Sends are framed on the posting thread while the
+    // stream takes them; once the socket is full they queue, the send queue
+    // fills (ENOMEM), and all of it must go out, complete and land in order
+    // once the peer reads again. Also with every post going through the
+    // send queue (XIW_POST_NOW_MAX=0), the path it is measured against.
+    let _g = serial();
+    let dev = lo_device();
+    for env in [&[][..], &[("XIW_POST_NOW_MAX", "0")][..]] {
+        let pair = stall_pair(dev, env);
+        assert!(pair.ok(), "stall {env:?} failed:\n{}", pair.dump());
+        for side in ["server", "client"] {
+            let want = format!("stall ok ({side}): ");
+            let out = if side == "server" {
+                pair.server_out()
+            } else {
+                pair.client_out()
+            };
+            assert!(
+                out.lines().any(|l| l.starts_with(&want)),
+                "stall {env:?}: the {side} did not report `{want}...`:\n{}",
+                pair.dump()
+            );
+        }
+        eprintln!("stall {env:?}:\n{}{}", pair.server_out(), pair.client_out());
+    }
+}

@@ -485,6 +485,18 @@ impl<L: Clone, P> Sender<L, P> {
     pub fn advance(&mut self, n: usize) {
         self.written += n as u64;
         self.active = true;
+        if self.spans.is_empty() {
+            assert!(
+                n <= self.buf.len() - self.off,
+                "the stream took more than was pending"
+            );
+            self.off += n;
+            if self.off == self.buf.len() {
+                self.buf.clear();
+                self.off = 0;
+            }
+            return;
+        }
         let mut n = n;
         while n > 0 {
             match self.spans.front() {
@@ -555,6 +567,82 @@ impl<L: Clone, P> Sender<L, P> {
         }
         self.media = Media::Done(r);
         true
+    }
+
+    /// Nothing is framed, being framed or owed: a request framed now is the
+    /// next thing on the stream.
+    pub fn idle(&self) -> bool {
+        !self.has_pending()
+            && self.cur.is_none()
+            && self.done_at.is_empty()
+            && self.term.is_none()
+            && !self.gate
+            && !self.rtr
+            && self.irq.is_empty()
+            && matches!(self.media, Media::Idle)
+    }
+
+    /// Frames a Send or RDMA Write (without Immediate Data) of `len` payload
+    /// bytes, which fit one FPDU, the moment it is posted: the driver need not
+    /// queue it when nothing waits ahead of it. `fill` writes the payload in
+    /// place; if it fails, nothing is framed and its error is returned.
+    /// `Ok(false)`, with nothing changed, if the sender is not
+    /// [idle](Sender::idle) or the request does not qualify; it then goes the
+    /// usual way. The FPDU is the one [`Sender::frame_more`] would frame for
+    /// the same request. The request is complete once the stream has taken
+    /// every pending byte; if the driver leaves some for later it names the
+    /// request with [`Sender::complete_at`].
+    pub fn frame_now<E>(
+        &mut self,
+        op: &WrOp<L>,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<bool, E> {
+        if len > self.mulpdu || !self.idle() {
+            return Ok(false);
+        }
+        let msn = self.msn[ddp::QN_SEND as usize];
+        let (hdr, send) = match *op {
+            WrOp::Send {
+                solicited,
+                invalidate,
+                imm: None,
+            } => {
+                let op = send_opcode(invalidate.is_some(), solicited);
+                let inv = invalidate.unwrap_or(0);
+                (untagged(op, inv, ddp::QN_SEND, msn, 0, true), true)
+            }
+            WrOp::Write {
+                stag,
+                to,
+                imm: None,
+                ..
+            } => (tagged(rdmap::Opcode::Write, stag, to, true), false),
+            _ => return Ok(false),
+        };
+        // The whole FPDU at once: length, header, payload, pad, trailer.
+        let (start, hlen) = (self.buf.len(), hdr.buffer_len());
+        let at = start + mpa::LEN_FIELD_LEN + hlen;
+        let end = at + len + mpa::pad_len(hlen + len);
+        self.buf.resize(end + mpa::CRC_LEN, 0);
+        if let Err(e) = fill(&mut self.buf[at..at + len]) {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        if send {
+            self.take_msn(ddp::QN_SEND);
+        }
+        self.buf[start..start + 2].copy_from_slice(&((hlen + len) as u16).to_be_bytes());
+        hdr.emit(&mut self.buf[start + mpa::LEN_FIELD_LEN..at]);
+        self.seal(start, end, 0);
+        Ok(true)
+    }
+
+    /// The request [`Sender::frame_now`] framed, whose bytes the stream has
+    /// not all taken yet, is send queue index `idx`: it completes through
+    /// [`Sender::complete_written`] once they are.
+    pub fn complete_at(&mut self, idx: u32) {
+        self.done_at.push_back((idx, self.framed));
     }
 
     /// Frames FPDUs until [`BATCH`] bytes are waiting; false if there was
@@ -751,12 +839,7 @@ impl<L: Clone, P> Sender<L, P> {
             } => (false, stag, to, imm, solicited, None),
             _ => unreachable!("frame_data takes Sends and Writes"),
         };
-        let send_op = match (inv.is_some(), solicited) {
-            (true, false) => rdmap::Opcode::SendInvalidate,
-            (true, true) => rdmap::Opcode::SendSolicitedInvalidate,
-            (false, false) => rdmap::Opcode::Send,
-            (false, true) => rdmap::Opcode::SendSolicited,
-        };
+        let send_op = send_opcode(inv.is_some(), solicited);
         // Local protection is checked before the message's first byte goes
         // out. A message of one FPDU is checked by gathering its payload, before
         // anything of it is framed; a longer one, or one whose Immediate Data
@@ -1064,17 +1147,22 @@ impl<L: Clone, P> Sender<L, P> {
     /// without CRC); `in_place` of its payload bytes are spans, not in the buffer.
     fn close_fpdu(&mut self, start: usize, in_place: usize) {
         let ulpdu = usize::from(u16::from_be_bytes([self.buf[start], self.buf[start + 1]]));
-        self.buf.resize(self.buf.len() + mpa::pad_len(ulpdu), 0);
-        let trailer = if self.crc {
+        let end = self.buf.len() + mpa::pad_len(ulpdu);
+        self.buf.resize(end + mpa::CRC_LEN, 0);
+        self.seal(start, end, in_place);
+    }
+
+    /// Writes the trailer of the FPDU that runs from `start` to `end` (pad
+    /// included) into the zeroed bytes after it: the CRC, or zeros without
+    /// CRC; counts it framed, with `in_place` payload bytes that are spans.
+    fn seal(&mut self, start: usize, end: usize, in_place: usize) {
+        if self.crc {
             debug_assert_eq!(in_place, 0, "a CRC must cover the bytes sent");
             let mut c = mpa::Crc::new();
-            c.update(&self.buf[start..]);
-            c.finish()
-        } else {
-            [0; mpa::CRC_LEN]
-        };
-        self.buf.extend_from_slice(&trailer);
-        self.framed += (self.buf.len() - start + in_place) as u64;
+            c.update(&self.buf[start..end]);
+            self.buf[end..end + mpa::CRC_LEN].copy_from_slice(&c.finish());
+        }
+        self.framed += (end + mpa::CRC_LEN - start + in_place) as u64;
     }
 }
 
@@ -1094,6 +1182,16 @@ fn send_buffer_lost() -> Fail {
         Status::LocalProtection,
         "send buffer deregistered while in flight",
     )
+}
+
+/// The Send variant for a Send that invalidates or is solicited.
+fn send_opcode(invalidate: bool, solicited: bool) -> rdmap::Opcode {
+    match (invalidate, solicited) {
+        (true, false) => rdmap::Opcode::SendInvalidate,
+        (true, true) => rdmap::Opcode::SendSolicitedInvalidate,
+        (false, false) => rdmap::Opcode::Send,
+        (false, true) => rdmap::Opcode::SendSolicited,
+    }
 }
 
 fn ctrl(op: rdmap::Opcode) -> u8 {

@@ -1,6 +1,7 @@
 //! RDMA Verify's hashes, over memory or a file read back from the medium.
 
 use super::*;
+use xiw_engine::wire::mpa::Crc;
 
 /// Hash algorithms of RDMA Verify, with the ids of `enum xiwdv_hash`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,28 +46,28 @@ pub fn hash_bytes(alg: Hash, data: &[u8]) -> Vec<u8> {
 
 #[derive(Clone)]
 pub enum Hasher {
-    Crc32c(u32),
+    Crc32c(Crc),
     Sha256(Sha256),
 }
 
 impl Hasher {
     pub(super) fn new(alg: Hash) -> Hasher {
         match alg {
-            Hash::Crc32c => Hasher::Crc32c(0),
+            Hash::Crc32c => Hasher::Crc32c(Crc::new()),
             Hash::Sha256 => Hasher::Sha256(Sha256::new()),
         }
     }
 
     pub(super) fn update(&mut self, data: &[u8]) {
         match self {
-            Hasher::Crc32c(crc) => *crc = crc32c::crc32c_append(*crc, data),
+            Hasher::Crc32c(crc) => crc.update(data),
             Hasher::Sha256(sha) => sha.update(data),
         }
     }
 
     pub(super) fn finish(self) -> Vec<u8> {
         match self {
-            Hasher::Crc32c(crc) => crc.to_be_bytes().to_vec(),
+            Hasher::Crc32c(crc) => crc.value().to_be_bytes().to_vec(),
             Hasher::Sha256(sha) => sha.finalize().to_vec(),
         }
     }

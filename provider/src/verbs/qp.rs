@@ -455,6 +455,22 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
 }
 
 /// Applies send flags and builds the body (inline bytes are copied now).
+/// The WQE flags for `ibv_send_flags` (all but inline, which is a way of
+/// posting, not of sending).
+fn wqe_flags(flags: u32) -> u8 {
+    let mut f = 0;
+    if flags & IBV_SEND_SIGNALED != 0 {
+        f |= wqe_flag::SIGNALED;
+    }
+    if flags & IBV_SEND_SOLICITED != 0 {
+        f |= wqe_flag::SOLICITED;
+    }
+    if flags & IBV_SEND_FENCE != 0 {
+        f |= wqe_flag::FENCE;
+    }
+    f
+}
+
 pub(super) fn finish_wqe(
     q: &Qp,
     mut wqe: SendWqe,
@@ -481,15 +497,7 @@ pub(super) fn finish_wqe(
         op::VERIFY if flags & IBV_SEND_INLINE != 0 => return Err(libc::EINVAL),
         _ => {}
     }
-    if flags & IBV_SEND_SIGNALED != 0 {
-        wqe.flags |= wqe_flag::SIGNALED;
-    }
-    if flags & IBV_SEND_SOLICITED != 0 {
-        wqe.flags |= wqe_flag::SOLICITED;
-    }
-    if flags & IBV_SEND_FENCE != 0 {
-        wqe.flags |= wqe_flag::FENCE;
-    }
+    wqe.flags |= wqe_flags(flags);
     if flags & IBV_SEND_INLINE != 0
         && matches!(
             wqe.opcode,
@@ -514,6 +522,67 @@ pub(super) fn finish_wqe(
     Ok((wqe, SendBody::Sges(sges)))
 }
 
+/// Posts `w`, a lone Send or RDMA Write of at most `XIW_POST_NOW_MAX` bytes, through
+/// [`Qp::post_now`]; false if it does not qualify or is refused (the usual
+/// path then posts it, or reports what is wrong with it).
+///
+/// # Safety
+/// `w` is a valid WR (its SGE list and, for inline data, its buffers).
+unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
+    let n = w.num_sge.max(0) as usize;
+    if n > q.caps.max_send_sge as usize || (n > 0 && w.sg_list.is_null()) {
+        return false;
+    }
+    let mut wqe = SendWqe {
+        wr_id: w.wr_id,
+        ..Default::default()
+    };
+    // SAFETY: reading the union member that matches the opcode.
+    unsafe {
+        match w.opcode {
+            IBV_WR_SEND => wqe.opcode = op::SEND,
+            IBV_WR_SEND_WITH_INV => {
+                wqe.opcode = op::SEND_INV;
+                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
+            }
+            IBV_WR_RDMA_WRITE => {
+                wqe.opcode = op::WRITE;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+            }
+            _ => return false,
+        }
+    }
+    let sges: &[ibv_sge] = if n == 0 {
+        &[]
+    } else {
+        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+    let inline = w.send_flags & IBV_SEND_INLINE != 0;
+    if total > q.sh.cfg.post_now_max || (inline && total > u64::from(q.caps.max_inline)) {
+        return false;
+    }
+    wqe.length = total as u32;
+    wqe.flags = wqe_flags(w.send_flags);
+    let parts = sges.iter().map(|s| (s.lkey, s.addr, s.length as usize));
+    q.post_now(wqe, |out| {
+        if !inline {
+            return q.sh.mrs.gather(q.pd, parts, out).map(|_| ());
+        }
+        let mut at = 0;
+        for (_, addr, len) in parts.filter(|p| p.2 > 0) {
+            // SAFETY: inline data is read from the caller's buffers now, as
+            // the verbs contract says; no lkey applies. `out` holds `total`.
+            let src = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+            out[at..at + len].copy_from_slice(src);
+            at += len;
+        }
+        Ok(())
+    })
+}
+
 pub(super) unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -525,6 +594,10 @@ pub(super) unsafe extern "C" fn post_send(
         }
         // SAFETY: ours.
         let x = unsafe { qp_of(qp) };
+        // SAFETY: the caller's WR list.
+        if !wr.is_null() && unsafe { (*wr).next.is_null() && post_now(&x.qp, &*wr) } {
+            return 0;
+        }
         let mut wrs: smallvec::SmallVec<[*mut ibv_send_wr; 8]> = smallvec::SmallVec::new();
         let mut cur = wr;
         while !cur.is_null() {

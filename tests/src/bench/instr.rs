@@ -43,7 +43,7 @@ pub fn measure(
     let mk = |client: bool| {
         let mut c: Command = dev.cmd("valgrind");
         c.envs(env.iter().map(|(k, v)| (k, v)));
-        c.args(["--tool=callgrind", "--quiet"]);
+        c.args(["--tool=callgrind", "--fair-sched=yes", "--quiet"]);
         c.arg(format!(
             "--callgrind-out-file={}",
             out(if client { "client" } else { "server" }).display()

@@ -24,6 +24,15 @@
 //!   receive path; see tests/tests/errors.rs).
 //!   The client's `--seed` and `--case` choices rule; the server follows them.
 //!
+//! - `stall [--seed S]`: the client stops the server process (SIGSTOP), so
+//!   that nothing reads the stream, and posts lone 512-byte RDMA Writes, some
+//!   Sends among them, one `ibv_post_send` each (the size a provider may frame
+//!   on the posting thread), until the socket and then the send queue are
+//!   full (ENOMEM); then it lets the server go on (SIGCONT) and ends with a
+//!   Send. Every signaled completion must come, in posting order; the server
+//!   checks its receives (in order, every byte) and the last bytes written
+//!   to every slot of its target buffer.
+//!
 //! Common options: `--timeout SECS` (a watchdog ends the process after that,
 //! default 50). On a failure the process ends at once, without tearing the
 //! device down, since a provider in trouble could hang there.
@@ -57,7 +66,7 @@ struct Args {
 }
 
 fn usage() -> String {
-    "usage: xiw-verbs-check integrity|errors --port P [--server ADDR] [--dev NAME] \
+    "usage: xiw-verbs-check integrity|errors|stall --port P [--server ADDR] [--dev NAME] \
      [--qps N] [--ops M] [--seed S] [--case NAME]... [--timeout SECS]"
         .into()
 }
@@ -142,6 +151,7 @@ fn main() -> ExitCode {
     let r = match args.scenario.as_str() {
         "integrity" => integrity::run(&args),
         "errors" => errors::run(&args),
+        "stall" => stall::run(&args),
         s => Err(format!("unknown scenario {s}\n{}", usage())),
     };
     match r {
@@ -2248,5 +2258,274 @@ mod errors {
 
     fn fmt_failures(f: &[String]) -> String {
         f.iter().map(|s| format!("\n  - {s}")).collect()
+    }
+}
+
+// ---- stall --------------------------------------------------------------------
+
+mod stall {
+    use super::*;
+
+    /// Bytes per message: what a provider may frame on the posting thread.
+    const MSG: usize = 512;
+    /// Slots of the server's target buffer (message i writes slot i % SLOTS).
+    const SLOTS: usize = 512;
+    /// Source slots of the client: more than the send queue holds, so a slot
+    /// is rewritten only once the message that used it has completed.
+    const SRC_SLOTS: usize = 1024;
+    const SQ: u32 = 256;
+    /// Receives the server posts; at most this many Sends.
+    const RECVS: usize = 256;
+    /// Every this many messages, a Send (the others are RDMA Writes).
+    const SEND_EVERY: u64 = 97;
+    /// Every this many messages, a signaled one.
+    const SIGNAL_EVERY: u64 = 64;
+    /// Posts before the client gives up waiting for the stream to fill.
+    const MAX_POSTS: u64 = 400_000;
+    const WAIT: Duration = Duration::from_secs(20);
+
+    fn bytes(seed: u64, i: u64) -> Vec<u8> {
+        payload(mix(seed, &[0x57a1, i]), MSG)
+    }
+
+    pub fn run(a: &Args) -> Res<String> {
+        let dev = open_dev(a.dev.as_deref())?;
+        let r = body(a, &dev);
+        if let Err(e) = &r {
+            fail_fast(e);
+        }
+        r
+    }
+
+    fn body(a: &Args, dev: &Dev) -> Res<String> {
+        let client = a.server.is_some();
+        let mut oob = Oob::open(a)?;
+        let scq = Cq::new(&dev.ctx, 4096).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        let rcq = Cq::new(&dev.ctx, 4096).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        let cap = ibv::ibv_qp_cap {
+            max_send_wr: SQ,
+            max_recv_wr: RECVS as u32,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp =
+            Qp::new(&dev.pd, &scq, &rcq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+        let mr = |len| Mr::new(&dev.pd, len, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"));
+        let (tgt, rbuf, src) = (mr(SLOTS * MSG)?, mr(RECVS * MSG)?, mr(SRC_SLOTS * MSG)?);
+        tgt.fill(0, tgt.len(), POISON);
+        rbuf.fill(0, rbuf.len(), POISON);
+        let m = oob.exchange(&[
+            ("qpn", qp.qpn().to_string()),
+            ("gid", hex(&dev.gid)),
+            ("tgt", tgt.addr().to_string()),
+            ("tgtk", tgt.rkey().to_string()),
+            ("pid", std::process::id().to_string()),
+            ("seed", a.seed.to_string()),
+        ])?;
+        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
+        qp.to_init(ALL_ACCESS)?;
+        if !client {
+            let recvs: Vec<RecvWr> = (0..RECVS)
+                .map(|k| RecvWr {
+                    wr_id: k as u64,
+                    sges: vec![rbuf.sge(k * MSG, MSG)],
+                    num_sge: None,
+                })
+                .collect();
+            qp.post_recv(&recvs)
+                .map_err(|(i, e)| format!("ibv_post_recv refused WR {i}: {}", ibv::errno_str(e)))?;
+        }
+        qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
+        oob.sync("ready", &Ok(()))?;
+        if client {
+            let peer = (get::<u64>(&m, "tgt")?, get::<u32>(&m, "tgtk")?);
+            let r = send_all(&qp, &scq, &src, peer, get(&m, "pid")?, a.seed);
+            // The server must run again whatever happened here.
+            let _ = signal(get(&m, "pid")?, libc::SIGCONT);
+            let (n, sends) = r?;
+            oob.exchange(&[("n", n.to_string()), ("sends", sends.to_string())])?;
+            oob.sync("checked", &Ok(()))?;
+            Ok(format!(
+                "{n} messages ({sends} Sends) in order after the peer stalled"
+            ))
+        } else {
+            let seed: u64 = get(&m, "seed")?;
+            let peer = oob.exchange(&[])?;
+            let (n, sends): (u64, usize) = (get(&peer, "n")?, get(&peer, "sends")?);
+            let r = check_server(&rcq, &rbuf, &tgt, seed, n, sends);
+            oob.sync("checked", &r)?;
+            Ok(format!("{sends} receives and {SLOTS} target slots intact"))
+        }
+    }
+
+    fn signal(pid: i32, sig: i32) -> Res {
+        // SAFETY: kill has no memory preconditions.
+        if unsafe { libc::kill(pid, sig) } != 0 {
+            return Err(format!(
+                "kill({pid}, {sig}): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+
+    fn is_send(i: u64, n_sends: usize) -> bool {
+        i.is_multiple_of(SEND_EVERY) && n_sends < RECVS - 1
+    }
+
+    /// Posts a first message and waits for it; stops the server, posts
+    /// until the send queue is full, lets the server go on, posts the final Send and waits for every signaled completion;
+    /// (messages posted, Sends among them).
+    fn send_all(
+        qp: &Qp,
+        scq: &Cq,
+        src: &Mr,
+        tgt: (u64, u32),
+        pid: i32,
+        seed: u64,
+    ) -> Res<(u64, usize)> {
+        let mut sends = 0usize;
+        let mut signaled = VecDeque::new();
+        let mut got = 0u64;
+        let poll = |signaled: &mut VecDeque<u64>, got: &mut u64| -> Res {
+            for w in scq.poll(64).map_err(|e| format!("poll_cq returned {e}"))? {
+                let want = signaled.pop_front();
+                if w.status != sys::IBV_WC_SUCCESS || Some(w.wr_id) != want {
+                    return Err(format!(
+                        "completion {got}: got {}, expected wr_id {want:?} successful",
+                        fmt_wc(&w)
+                    ));
+                }
+                *got += 1;
+            }
+            Ok(())
+        };
+        let wr = |i: u64, send: bool, last: bool| {
+            let slot = (i as usize % SRC_SLOTS) * MSG;
+            src.write(slot, &bytes(seed, i));
+            SendWr {
+                wr_id: i,
+                opcode: if send {
+                    sys::IBV_WR_SEND
+                } else {
+                    sys::IBV_WR_RDMA_WRITE
+                },
+                flags: if last || i.is_multiple_of(SIGNAL_EVERY) {
+                    sys::IBV_SEND_SIGNALED
+                } else {
+                    0
+                },
+                sges: vec![src.sge(slot, MSG)],
+                remote_addr: tgt.0 + ((i as usize % SLOTS) * MSG) as u64,
+                rkey: tgt.1,
+                ..Default::default()
+            }
+        };
+        let mut i = 0u64;
+        loop {
+            if i == 1 {
+                // The first message completed: the stream is up (posts
+                // before that wait in the send queue); now nothing reads it.
+                let deadline = Instant::now() + WAIT;
+                while !signaled.is_empty() && Instant::now() < deadline {
+                    poll(&mut signaled, &mut got)?;
+                }
+                if !signaled.is_empty() {
+                    return Err("the first message never completed".into());
+                }
+                signal(pid, libc::SIGSTOP)?;
+            }
+            if i == MAX_POSTS {
+                return Err(format!("{i} posts and the send queue never filled"));
+            }
+            let send = is_send(i, sends);
+            let w = wr(i, send, false);
+            match qp.post_send(std::slice::from_ref(&w)) {
+                Ok(()) => {}
+                Err((_, libc::ENOMEM)) => break,
+                Err((_, e)) => return Err(format!("post {i}: {}", ibv::errno_str(e))),
+            }
+            if w.flags != 0 {
+                signaled.push_back(i);
+            }
+            sends += send as usize;
+            i += 1;
+            if i.is_multiple_of(SIGNAL_EVERY) {
+                poll(&mut signaled, &mut got)?;
+            }
+        }
+        signal(pid, libc::SIGCONT)?;
+        // The final Send: once the queue has room again.
+        let last = wr(i, true, true);
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match qp.post_send(std::slice::from_ref(&last)) {
+                Ok(()) => break,
+                Err((_, libc::ENOMEM)) if Instant::now() < deadline => {
+                    poll(&mut signaled, &mut got)?;
+                }
+                Err((_, e)) => return Err(format!("the final post: {}", ibv::errno_str(e))),
+            }
+        }
+        signaled.push_back(i);
+        sends += 1;
+        while !signaled.is_empty() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "timed out with {} signaled completions missing",
+                    signaled.len()
+                ));
+            }
+            poll(&mut signaled, &mut got)?;
+        }
+        Ok((i + 1, sends))
+    }
+
+    /// The receives, in order with every byte, then the last message written
+    /// to every target slot.
+    fn check_server(rcq: &Cq, rbuf: &Mr, tgt: &Mr, seed: u64, n: u64, sends: usize) -> Res {
+        let wcs = wait_wcs(&[rcq], sends, Instant::now() + WAIT, "receives")?;
+        let mut k = 0;
+        let mut n_sends = 0;
+        for i in 0..n {
+            if !(is_send(i, n_sends) || i == n - 1) {
+                continue;
+            }
+            n_sends += 1;
+            let w = &wcs[k];
+            if w.status != sys::IBV_WC_SUCCESS || w.wr_id != k as u64 || w.byte_len as usize != MSG
+            {
+                return Err(format!("receive {k} (message {i}): {}", fmt_wc(w)));
+            }
+            if rbuf.read(k * MSG, MSG) != bytes(seed, i) {
+                return Err(format!("receive {k} (message {i}): wrong bytes"));
+            }
+            k += 1;
+        }
+        if k != sends {
+            return Err(format!("{sends} Sends announced, {k} found"));
+        }
+        let mut last_write = vec![None; SLOTS];
+        let mut n_sends = 0;
+        for i in 0..n {
+            if is_send(i, n_sends) || i == n - 1 {
+                n_sends += 1;
+            } else {
+                last_write[i as usize % SLOTS] = Some(i);
+            }
+        }
+        for (slot, w) in last_write.iter().enumerate() {
+            let want = match w {
+                Some(i) => bytes(seed, *i),
+                None => vec![POISON; MSG],
+            };
+            if tgt.read(slot * MSG, MSG) != want {
+                return Err(format!(
+                    "target slot {slot}: not the bytes of message {w:?}"
+                ));
+            }
+        }
+        Ok(())
     }
 }
