@@ -17,7 +17,7 @@ pub trait Assist: Send + Sync {
 pub struct Cq {
     pub id: u32,
     pub ring: Ring,
-    produce: Mutex<()>,
+    produce: parking_lot::Mutex<()>,
     consume: parking_lot::Mutex<()>,
     /// Set when a completion could not be stored; the CQ is then in error.
     pub overflowed: AtomicBool,
@@ -31,7 +31,7 @@ impl Cq {
         Ok(Cq {
             id,
             ring: Ring::new(RING_KIND_CQ, cqe + 1, std::mem::size_of::<Cqe>() as u32, id)?,
-            produce: Mutex::new(()),
+            produce: parking_lot::Mutex::new(()),
             consume: parking_lot::Mutex::new(()),
             overflowed: AtomicBool::new(false),
             qps: Mutex::new(Vec::new()),
@@ -46,7 +46,7 @@ impl Cq {
 
     /// Stores one completion; false if the CQ is full (an overrun).
     pub fn push(&self, cqe: Cqe) -> bool {
-        let _g = self.produce.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.produce.lock();
         let p = self.ring.producer();
         if p.wrapping_sub(self.ring.consumer()) >= self.capacity() {
             self.overflowed.store(true, Ordering::Release);

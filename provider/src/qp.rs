@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use xiw_abi::ring::{wqe_flag, SendWqe};
+use xiw_abi::ring::{wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
 use xiw_engine::queue1::Inbound;
 use xiw_engine::{recv, send};
@@ -123,7 +123,7 @@ impl Qp {
             return false;
         };
         self.sh.note_app_cpu();
-        let _posting = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        let _posting = self.sq_post.lock();
         if self.state() != IBV_QPS_RTS {
             return false;
         }
@@ -160,8 +160,11 @@ impl Qp {
         true
     }
 
-    pub fn post_recv(&self, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
-        let r = self.core.write_recv(jobs);
+    pub fn post_recv<'a>(
+        &self,
+        wrs: impl Iterator<Item = (u64, &'a [Sge])>,
+    ) -> Result<(), (usize, i32)> {
+        let r = self.core.write_recv(wrs);
         if self.state() == IBV_QPS_ERR {
             self.flush();
         }
@@ -330,7 +333,7 @@ impl Qp {
             if let Some(job) = rx.engine.take_current() {
                 self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
             }
-            let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.rq_post.lock();
             while let Some(job) = crate::queue::take_recv_ring(rq) {
                 self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
             }
@@ -353,11 +356,11 @@ impl Qp {
         *rx = rx::Rx::default();
         self.rx_eof.store(false, Ordering::Release);
         if let Some(rq) = &self.rq {
-            let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = self.rq_post.lock();
             rq.release(rq.producer());
         }
         drop(rx);
-        let _g = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.sq_post.lock();
         let mut tx = self.lock_tx();
         *tx = tx::Tx::new(self.sq.entries);
         tx.next = self.sq.producer();

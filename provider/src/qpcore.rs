@@ -64,9 +64,9 @@ pub struct QpCore {
     pub sq: Ring,
     pub rq: Option<Ring>,
     /// Serialises the producers of `sq` (and a reset emptying it).
-    pub sq_post: Mutex<()>,
+    pub sq_post: parking_lot::Mutex<()>,
     /// Serialises the producers of `rq` (and those emptying it).
-    pub rq_post: Mutex<()>,
+    pub rq_post: parking_lot::Mutex<()>,
     /// `enum ibv_qp_state`, mirrored for lock-free checks on the posting path.
     pub state: AtomicU32,
     pub attrs: Mutex<Attrs>,
@@ -122,8 +122,8 @@ impl QpCore {
             sq_sig_all,
             sq,
             rq,
-            sq_post: Mutex::new(()),
-            rq_post: Mutex::new(()),
+            sq_post: parking_lot::Mutex::new(()),
+            rq_post: parking_lot::Mutex::new(()),
             state: AtomicU32::new(IBV_QPS_RESET),
             attrs: Mutex::new(Attrs::default()),
             tx_blocked: AtomicBool::new(false),
@@ -150,7 +150,7 @@ impl QpCore {
     ) -> Result<(), (usize, i32)> {
         self.sh.note_app_cpu();
         let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
-        let _guard = self.sq_post.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = self.sq_post.lock();
         // Posting is allowed from INIT on; the WQEs wait for the connection (IB
         // verbs 11.4.1.1). Checked under the lock: a reset sets RESET before it
         // empties the ring under it, so nothing posted here outlives the reset.
@@ -198,16 +198,19 @@ impl QpCore {
     }
 
     /// Writes receive WQEs into the QP's own receive queue ring.
-    pub fn write_recv(&self, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
+    pub fn write_recv<'a>(
+        &self,
+        wrs: impl Iterator<Item = (u64, &'a [Sge])>,
+    ) -> Result<(), (usize, i32)> {
         let Some(rq) = &self.rq else {
             return Err((0, libc::EINVAL));
         };
-        let _g = self.rq_post.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.rq_post.lock();
         // Under the lock, as for posting sends.
         if self.state() == IBV_QPS_RESET {
             return Err((0, libc::EINVAL));
         }
-        post_recv_ring(rq, self.caps.max_recv_sge, jobs)
+        post_recv_ring(rq, self.caps.max_recv_sge, wrs)
     }
 
     /// Next receive WQE for an incoming Send: from the SRQ or the QP's own RQ.

@@ -157,26 +157,33 @@ pub fn sge_spans(
     })
 }
 
-/// Posts receive WQEs on a ring (a QP's RQ or an SRQ); the caller serialises producers.
-pub fn post_recv_ring(ring: &Ring, max_sge: u32, jobs: &[RecvJob]) -> Result<(), (usize, i32)> {
+/// Posts receive WQEs, each a wr_id and its SGEs, on a ring (a QP's RQ or an SRQ);
+/// `Err((index, errno))` names the first refused. The caller serialises
+/// producers.
+pub fn post_recv_ring<'a>(
+    ring: &Ring,
+    max_sge: u32,
+    wrs: impl Iterator<Item = (u64, &'a [Sge])>,
+) -> Result<(), (usize, i32)> {
     let mut p = ring.producer();
-    for (i, job) in jobs.iter().enumerate() {
-        if job.sges.len() > max_sge as usize {
+    for (i, (wr_id, sges)) in wrs.enumerate() {
+        if sges.len() > max_sge as usize {
             return Err((i, libc::EINVAL));
         }
         if p.wrapping_sub(ring.consumer()) >= ring.entries {
             return Err((i, libc::ENOMEM));
         }
+        let length: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         let hdr = RecvWqe {
-            wr_id: job.wr_id,
-            num_sge: job.sges.len() as u32,
-            length: job.length.min(u32::MAX as u64) as u32,
+            wr_id,
+            num_sge: sges.len() as u32,
+            length: length.min(u32::MAX as u64) as u32,
         };
         // SAFETY: slot `p` is free and producers are serialised by the caller's lock;
         // `max_sge` SGEs fit the stride the ring was made with.
         unsafe {
             ring.write(p, 0, hdr);
-            for (k, s) in job.sges.iter().enumerate() {
+            for (k, s) in sges.iter().enumerate() {
                 ring.write(
                     p,
                     std::mem::size_of::<RecvWqe>() + k * std::mem::size_of::<Sge>(),

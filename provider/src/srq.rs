@@ -36,7 +36,10 @@ impl Srq {
     }
 
     /// Posts receive WQEs; `Err((index, errno))` names the first one refused.
-    pub fn post(&self, wrs: &[RecvJob]) -> Result<(), (usize, i32)> {
+    pub fn post<'a>(
+        &self,
+        wrs: impl Iterator<Item = (u64, &'a [Sge])>,
+    ) -> Result<(), (usize, i32)> {
         let _g = self.post.lock().unwrap_or_else(|e| e.into_inner());
         post_recv_ring(&self.ring, self.max_sge, wrs)
     }

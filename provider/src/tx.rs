@@ -7,7 +7,7 @@
 
 use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::Arc;
 
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
@@ -761,7 +761,7 @@ pub fn verify_expected(wqe: &SendWqe) -> ([u8; VERIFY_MAX_HASH], usize) {
 /// for everyone: [`TxCell::kick`] only try-locks, and leaves a note that the
 /// holder picks up before it lets go (see [`TxGuard`]).
 pub struct TxCell {
-    tx: Mutex<Tx>,
+    tx: parking_lot::Mutex<Tx>,
     /// Someone asked for transmission while the lock was held.
     want: AtomicBool,
 }
@@ -769,7 +769,7 @@ pub struct TxCell {
 impl TxCell {
     pub fn new(entries: u32) -> TxCell {
         TxCell {
-            tx: Mutex::new(Tx::new(entries)),
+            tx: parking_lot::Mutex::new(Tx::new(entries)),
             want: AtomicBool::new(false),
         }
     }
@@ -778,7 +778,7 @@ impl TxCell {
     /// behalf of other threads when released, if they asked meanwhile.
     pub fn lock<'a>(&'a self, qp: &'a QpCore) -> TxGuard<'a> {
         TxGuard {
-            g: Some(self.tx.lock().unwrap_or_else(|e| e.into_inner())),
+            g: Some(self.tx.lock()),
             cell: self,
             qp,
         }
@@ -786,11 +786,7 @@ impl TxCell {
 
     /// [`TxCell::lock`] if nobody holds it now.
     pub fn try_lock<'a>(&'a self, qp: &'a QpCore) -> Option<TxGuard<'a>> {
-        let g = match self.tx.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::WouldBlock) => return None,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-        };
+        let g = self.tx.try_lock()?;
         Some(TxGuard {
             g: Some(g),
             cell: self,
@@ -810,10 +806,8 @@ impl TxCell {
     pub fn kick(&self, qp: &QpCore) {
         self.want.store(true, Ordering::SeqCst);
         loop {
-            let mut tx = match self.tx.try_lock() {
-                Ok(g) => g,
-                Err(TryLockError::WouldBlock) => return,
-                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            let Some(mut tx) = self.tx.try_lock() else {
+                return;
             };
             self.want.store(false, Ordering::SeqCst);
             let r = tx.run(qp);
@@ -833,7 +827,7 @@ impl TxCell {
 
 /// See [`TxCell::lock`].
 pub struct TxGuard<'a> {
-    g: Option<MutexGuard<'a, Tx>>,
+    g: Option<parking_lot::MutexGuard<'a, Tx>>,
     cell: &'a TxCell,
     qp: &'a QpCore,
 }

@@ -21,7 +21,7 @@ use crate::cq::Cq;
 use crate::devinfo;
 use crate::mem;
 use crate::mem::NEED_NONE;
-use crate::qp::{Caps, InlineBytes, Qp, RecvJob, SendBody, SgeList};
+use crate::qp::{Caps, InlineBytes, Qp, SendBody, SgeList};
 use crate::qpcore::QpCore;
 use crate::srq::Srq;
 
@@ -180,16 +180,30 @@ unsafe fn retire_events<T: EventTarget>(sh: &Shared, obj: *mut T) {
 /// # Safety
 /// `list` is null or points at `n` SGEs.
 unsafe fn sge_list(list: *const ibv_sge, n: usize) -> SgeList {
-    if n == 0 || list.is_null() {
-        return SgeList::new();
-    }
     // SAFETY: per the caller.
-    let list = unsafe { std::slice::from_raw_parts(list, n) };
-    crate::queue::sges_of(n, |k| Sge {
-        addr: list[k].addr,
-        length: list[k].length,
-        lkey: list[k].lkey,
-    })
+    SgeList::from_slice(unsafe { sges(list, n) })
+}
+
+// `ibv_sge` and the rings' `Sge` are the same C struct.
+const _: () = {
+    assert!(std::mem::size_of::<ibv_sge>() == std::mem::size_of::<Sge>());
+    assert!(std::mem::align_of::<ibv_sge>() == std::mem::align_of::<Sge>());
+    assert!(std::mem::offset_of!(ibv_sge, addr) == std::mem::offset_of!(Sge, addr));
+    assert!(std::mem::offset_of!(ibv_sge, length) == std::mem::offset_of!(Sge, length));
+    assert!(std::mem::offset_of!(ibv_sge, lkey) == std::mem::offset_of!(Sge, lkey));
+};
+
+/// The caller's SGE list as the rings' SGEs, without copying: empty when
+/// `n` is 0 or `list` is null.
+///
+/// # Safety
+/// `list` is null or points at `n` SGEs that outlive `'a`.
+unsafe fn sges<'a>(list: *const ibv_sge, n: usize) -> &'a [Sge] {
+    if n == 0 || list.is_null() {
+        return &[];
+    }
+    // SAFETY: per the caller, and the layouts are the same (checked above).
+    unsafe { std::slice::from_raw_parts(list as *const Sge, n) }
 }
 
 mod cq;

@@ -633,11 +633,11 @@ pub(super) unsafe extern "C" fn post_recv(
         // SAFETY: ours.
         let x = unsafe { qp_of(qp) };
         // SAFETY: the caller's WR list.
-        let (jobs, wrs) = unsafe { recv_jobs(wr) };
-        match x.qp.post_recv(&jobs) {
+        match x.qp.post_recv(unsafe { recv_list(wr) }) {
             Ok(()) => 0,
             Err((i, e)) => {
-                report_bad(bad, &wrs, i, wr);
+                // SAFETY: as above.
+                unsafe { report_bad_recv(bad, wr, i) };
                 e
             }
         }

@@ -161,38 +161,52 @@ pub(super) unsafe extern "C" fn post_srq_recv(
         // SAFETY: ours.
         let s = unsafe { srq_of(srq) };
         // SAFETY: the caller's WR list.
-        let (jobs, wrs) = unsafe { recv_jobs(wr) };
-        match s.srq.post(&jobs) {
+        match s.srq.post(unsafe { recv_list(wr) }) {
             Ok(()) => 0,
             Err((i, e)) => {
-                report_bad(bad, &wrs, i, wr);
+                // SAFETY: as above.
+                unsafe { report_bad_recv(bad, wr, i) };
                 e
             }
         }
     })
 }
 
-/// Receive WQEs as posted; a few without a heap allocation.
-pub(super) type RecvJobs = smallvec::SmallVec<[RecvJob; 1]>;
-/// The caller's WRs, for reporting the one refused.
-pub(super) type RecvWrs = smallvec::SmallVec<[*mut ibv_recv_wr; 1]>;
-
-pub(super) unsafe fn recv_jobs(mut wr: *mut ibv_recv_wr) -> (RecvJobs, RecvWrs) {
-    let mut jobs = RecvJobs::new();
-    let mut wrs = RecvWrs::new();
-    while !wr.is_null() {
-        // SAFETY: the caller's linked list of valid WRs.
-        let w = unsafe { &*wr };
-        let n = w.num_sge.max(0) as usize;
-        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
-        let sges = unsafe { sge_list(w.sg_list, n) };
-        jobs.push(RecvJob {
-            wr_id: w.wr_id,
-            length: sges.iter().map(|s| s.length as u64).sum(),
-            sges,
-        });
-        wrs.push(wr);
+/// The receive WRs of the caller's list `wr`, each as its wr_id and SGEs.
+///
+/// # Safety
+/// `wr` is null or a valid linked list of WRs, each naming `num_sge` SGEs at
+/// `sg_list`, which stay valid while the iterator is used.
+pub(super) unsafe fn recv_list<'a>(
+    mut wr: *mut ibv_recv_wr,
+) -> impl Iterator<Item = (u64, &'a [Sge])> {
+    std::iter::from_fn(move || {
+        // SAFETY: per the function contract.
+        let w = unsafe { wr.as_ref()? };
         wr = w.next;
+        // More than any queue takes is refused whatever the count: only as
+        // many as that are looked at.
+        let n = (w.num_sge.max(0) as usize).min(crate::queue::MAX_SGE as usize + 1);
+        // SAFETY: as above.
+        Some((w.wr_id, unsafe { sges(w.sg_list, n) }))
+    })
+}
+
+/// Points `bad` at WR `i` of the list `wr` (the first if there are fewer).
+///
+/// # Safety
+/// As for [`recv_list`]; `bad` is null or the caller's out pointer.
+pub(super) unsafe fn report_bad_recv(bad: *mut *mut ibv_recv_wr, wr: *mut ibv_recv_wr, i: usize) {
+    let mut at = wr;
+    for _ in 0..i {
+        // SAFETY: per the function contract.
+        match unsafe { at.as_ref() } {
+            Some(w) if !w.next.is_null() => at = w.next,
+            _ => {
+                at = wr;
+                break;
+            }
+        }
     }
-    (jobs, wrs)
+    report_bad(bad, &[], 0, at);
 }

@@ -1049,23 +1049,40 @@ fn instr_bench(o: &Opts) -> ExitCode {
     let _ = std::fs::create_dir_all(&dir);
     let mut t = Table::new(&[
         "perftest, 2 B, callgrind",
+        "configuration",
         "posting (post_send)",
         "receiving (receive path, + repost for Sends)",
         "both",
     ]);
+    // The floor, in the same run: every post through the send queue ring.
+    let configs: [(&str, &[(&str, &str)]); 3] = [
+        (
+            "CRC, through the send queue (XIW_POST_NOW_MAX=0)",
+            &[("XIW_POST_NOW_MAX", "0")],
+        ),
+        ("CRC (default)", &[]),
+        ("no CRC (XIW_CRC=0)", &[("XIW_CRC", "0")]),
+    ];
     let mut failed = false;
     for tool in ["ib_send_bw", "ib_write_bw"] {
-        eprintln!("  {tool} -s 2 -n {ITERS} under callgrind ...");
-        match instr::measure(&dev, &[], tool, ITERS, &dir) {
-            Ok(c) => t.row(vec![
-                format!("`{tool} -s 2`"),
-                format!("{:.0}", c.posting),
-                format!("{:.0}", c.receiving),
-                format!("{:.0}", c.posting + c.receiving),
-            ]),
-            Err(e) => {
-                eprintln!("xiw-bench: {e}");
-                failed = true;
+        for (label, env) in configs {
+            eprintln!("  {tool} -s 2 -n {ITERS}, {label}, under callgrind ...");
+            let env: Vec<(String, String)> = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            match instr::measure(&dev, &env, tool, ITERS, &dir) {
+                Ok(c) => t.row(vec![
+                    format!("`{tool} -s 2`"),
+                    label.to_string(),
+                    format!("{:.0}", c.posting),
+                    format!("{:.0}", c.receiving),
+                    format!("{:.0}", c.posting + c.receiving),
+                ]),
+                Err(e) => {
+                    eprintln!("xiw-bench: {e}");
+                    failed = true;
+                }
             }
         }
     }
