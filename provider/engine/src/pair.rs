@@ -28,6 +28,11 @@ pub struct Endpoint {
     out: Vec<u8>,
     /// Media results are held until [`Pair::release_media`].
     pub hold_media: bool,
+    /// Frame a small Send or Write with [`Sender::frame_now`] when nothing
+    /// is unfinished ahead of it, as a driver does for a lone post.
+    pub post_now: bool,
+    /// Requests framed that way.
+    pub framed_now: u64,
 }
 
 /// The receive engine's view of one side: memory and receives in the `Sim`,
@@ -138,7 +143,45 @@ impl Endpoint {
             inbox: Vec::new(),
             out: Vec::new(),
             hold_media: false,
+            post_now: false,
+            framed_now: 0,
         }
+    }
+
+    /// With [`Endpoint::post_now`]: the oldest queued request framed at once,
+    /// if it qualifies and every request before it has completed; it then
+    /// completes once the stream takes it. A payload that cannot be gathered
+    /// leaves it to the usual path, which reports the fault.
+    fn frame_now(&mut self) -> bool {
+        let Some(w) = self.mem.sq.front() else {
+            return false;
+        };
+        if !self.post_now || self.mem.sq_done.len() != self.mem.next_idx as usize {
+            return false;
+        }
+        let mut payload = Vec::new();
+        let len = w.length as usize;
+        if len > NOW_MAX
+            || self
+                .mem
+                .gather_sges(&w.payload, 0, len, &mut payload)
+                .is_err()
+        {
+            return false;
+        }
+        let fill = |b: &mut [u8]| {
+            b.copy_from_slice(&payload);
+            Ok::<(), ()>(())
+        };
+        if self.tx.frame_now(&w.op, len, fill) != Ok(true) {
+            return false;
+        }
+        self.mem.sq.pop_front();
+        let idx = self.mem.next_idx;
+        self.mem.next_idx += 1;
+        self.tx.complete_at(idx);
+        self.framed_now += 1;
+        true
     }
 
     /// Frames whatever can go and puts it on the stream; true if any did.
@@ -148,6 +191,14 @@ impl Endpoint {
         }
         let before = self.out.len();
         loop {
+            if self.frame_now() {
+                if let Err(f) = self.put_on_stream() {
+                    self.fail(f);
+                    break;
+                }
+                self.tx.complete_written(&mut self.mem);
+                continue;
+            }
             match self.tx.frame_more(&mut self.mem) {
                 Ok(more) => {
                     if let Err(f) = self.put_on_stream() {
@@ -288,6 +339,10 @@ impl Endpoint {
             && ids.len() == posted_recvs
     }
 }
+
+/// Largest payload [`Endpoint::post_now`] frames at once (the driver's
+/// default).
+pub const NOW_MAX: usize = 512;
 
 /// Payloads the pair's engines send in place on a stream without CRC: all
 /// but the smallest, so both ways of sending are exercised.

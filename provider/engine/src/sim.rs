@@ -279,7 +279,7 @@ impl Sim {
         Ok(out)
     }
 
-    fn gather_sges(
+    pub fn gather_sges(
         &self,
         sges: &Sges,
         off: u64,

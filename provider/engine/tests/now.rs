@@ -4,9 +4,10 @@
 //! not qualify, or a sender with anything ahead of it, is left to the usual
 //! path with nothing changed.
 
+use xiw_engine::pair::{Faults, Pair};
 use xiw_engine::queue1::access;
 use xiw_engine::send::{Completion, Params, Sender, WrOp};
-use xiw_engine::sim::{Sges, Sim};
+use xiw_engine::sim::{RecvOutcome, Sges, Sim, SimRecv};
 
 const SRC: u32 = 0x10;
 const BASE: u64 = 0x1_0000;
@@ -250,4 +251,154 @@ fn a_request_framed_now_and_not_all_taken_completes_when_it_is() {
     tx.complete_written(&mut m);
     assert_eq!(m.sq_done, vec![(0, Completion::Success)]);
     assert!(tx.idle());
+}
+
+/// The pair's side A posts small Writes and Sends in groups, the stream
+/// settling between them, as an application posts over time: some alone,
+/// one behind a Read (which keeps it queued), one too long to frame at
+/// once, one with a bad key when `bad_key`; side B posts the receives.
+/// `faults` apply to the stream from A once it is up; once A has failed it
+/// posts no more. Returns the pair and how many requests A posted.
+fn small_traffic(crc: bool, now: bool, bad_key: bool, faults: Faults) -> (Pair, usize) {
+    let side = |seed: u8| {
+        let mut s = Sim::new(16384, 0xee);
+        s.register(
+            SRC,
+            0,
+            4096,
+            BASE,
+            access::LOCAL_WRITE | access::REMOTE_READ,
+        );
+        s.register(
+            0x20,
+            4096,
+            4096,
+            0x2_0000,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        );
+        for (i, b) in s.arena[..4096].iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(11).wrapping_add(seed);
+        }
+        s
+    };
+    let (a, mut b) = (side(1), side(2));
+    for k in 0..3u64 {
+        b.recvs.push_back(SimRecv {
+            wr_id: 300 + k,
+            sges: vec![(0x20, 0x2_0000 + 2048 + 640 * k, 640)],
+        });
+    }
+    let mut p = Pair::connected(a, b, crc, 256, 4, 4);
+    for e in &mut p.ends {
+        e.post_now = now;
+    }
+    // The ready-to-receive, and the stream is up.
+    p.run();
+    p.faults[0] = faults;
+    let write = |to: u64| WrOp::Write {
+        stag: 0x20,
+        to: 0x2_0000 + to,
+        imm: None,
+        solicited: false,
+    };
+    let send = WrOp::Send {
+        solicited: false,
+        invalidate: None,
+        imm: None,
+    };
+    let read = WrOp::Read {
+        stag: SRC,
+        to: BASE + 100,
+        sink_stag: 0x20,
+        sink_to: 0x2_0000 + 1000,
+        sink: vec![(0x20, 0x2_0000 + 1000, 300)],
+    };
+    let key = if bad_key { 0x99 } else { SRC };
+    let groups: Vec<Vec<(WrOp<Sges>, Sges)>> = vec![
+        vec![(write(0), vec![(SRC, BASE, 10)])],
+        vec![(send.clone(), vec![(SRC, BASE + 10, 20)])],
+        vec![
+            (read, vec![(0x20, 0x2_0000 + 1000, 300)]),
+            (write(100), vec![(SRC, BASE + 40, 30)]),
+        ],
+        vec![(send.clone(), vec![(SRC, BASE + 70, 600)])],
+        vec![(write(200), vec![(key, BASE + 700, 7)])],
+        vec![(send, vec![(SRC, BASE + 800, 2), (SRC, BASE + 900, 3)])],
+    ];
+    let mut posted = 0;
+    for g in groups {
+        if p.ends[0].failed.is_some() {
+            break;
+        }
+        for (op, sges) in g {
+            p.ends[0].mem.post(op, sges, false);
+            posted += 1;
+        }
+        p.run();
+    }
+    (p, posted)
+}
+
+#[test]
+fn framing_at_once_in_a_pair_gives_the_same_stream_and_outcome() {
+    for crc in [true, false] {
+        let run = |now: bool| {
+            let (p, _) = small_traffic(crc, now, false, Faults::default());
+            assert!(p.ends.iter().all(|e| e.failed.is_none()));
+            assert!(p.ends[0].all_completed(7, 0) && p.ends[1].all_completed(0, 3));
+            let framed_now = p.ends[0].framed_now;
+            let [a, b] = p.ends;
+            (
+                framed_now,
+                (a.mem.arena, b.mem.arena, a.mem.sq_done, b.mem.completed),
+            )
+        };
+        let (n_queued, queued) = run(false);
+        let (n_now, now) = run(true);
+        assert_eq!(n_queued, 0);
+        // All but the Read, the Write behind it and the long Send.
+        assert_eq!(n_now, 4, "crc {crc}: {n_now} framed at once");
+        assert_eq!(now, queued, "crc {crc}");
+        assert!(queued.3.iter().all(|c| matches!(c.1, RecvOutcome::Done(_))));
+    }
+}
+
+#[test]
+fn a_bad_key_posted_with_nothing_ahead_fails_as_it_does_when_queued() {
+    let run = |now: bool| {
+        let (p, _) = small_traffic(true, now, true, Faults::default());
+        let f = p.ends[0].failed.as_ref().expect("the bad key fails side A");
+        (f.sq_status, p.ends[0].mem.sq_done.clone())
+    };
+    assert_eq!(run(true), run(false));
+}
+
+#[test]
+fn a_fault_at_every_byte_offset_with_requests_framed_at_once() {
+    let (clean, _) = small_traffic(true, true, false, Faults::default());
+    let len = clean.sent(0).len() as u64;
+    let mut failed = 0;
+    for k in 0..len {
+        for fault in 0..2 {
+            let f = Faults {
+                cut_at: (fault == 0).then_some(k),
+                corrupt_at: (fault == 1).then_some((k, 0x41)),
+                chunk: 1 + (k as usize % 17),
+                stalled: false,
+            };
+            let (mut p, posted) = small_traffic(true, true, false, f);
+            if !(p.ends[0].all_completed(posted, 0) && p.ends[1].all_completed(0, 3)) {
+                p.close();
+            }
+            assert!(
+                p.ends[0].all_completed(posted, 0) && p.ends[1].all_completed(0, 3),
+                "fault {fault} at byte {k}: a work request did not complete once: {:?}",
+                p.ends[0].mem.sq_done
+            );
+            failed += p.ends.iter().any(|e| e.failed.is_some()) as usize;
+        }
+    }
+    // Every cut ends the connection (a corrupted byte of the ready-to-receive,
+    // already delivered, does not).
+    assert!(failed as u64 >= len, "{failed} of {} runs failed", 2 * len);
 }
