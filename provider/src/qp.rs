@@ -190,12 +190,17 @@ impl Qp {
         event: u32,
         asked: bool,
     ) {
+        // Under the transmit lock, which flushing the send queue takes: a
+        // thread that finds the QP in error and flushes meanwhile also finds
+        // the status of the request that failed.
+        let tx = self.lock_tx();
         let prev = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
                 (asked || (s != IBV_QPS_RESET && s != IBV_QPS_INIT)).then_some(IBV_QPS_ERR)
             });
         let Ok(prev) = prev else {
+            drop(tx);
             crate::log::debug(
                 &self.sh.log,
                 format_args!("qp {}: ignored after a reset: {}", self.qpn, why),
@@ -212,6 +217,7 @@ impl Qp {
                 Ordering::Acquire,
             );
         }
+        drop(tx);
         if prev != IBV_QPS_ERR && prev != IBV_QPS_RESET {
             crate::log::debug(
                 &self.sh.log,
@@ -328,6 +334,10 @@ impl Qp {
         if self.state() != IBV_QPS_ERR {
             return;
         }
+        // The send queue first: a request that failed is reported before
+        // anything flushed, also where both queues share a CQ. (A receive that
+        // failed was reported when the QP failed.)
+        self.lock_tx().flush(&self.core);
         if let Some(rq) = &self.rq {
             let mut rx = self.lock_rx();
             if let Some(job) = rx.engine.take_current() {
@@ -340,8 +350,6 @@ impl Qp {
         } else if let Some(job) = self.lock_rx().engine.take_current() {
             self.complete_recv_error(&job, IBV_WC_WR_FLUSH_ERR);
         }
-        let mut tx = self.lock_tx();
-        tx.flush(&self.core);
     }
 
     /// Brings the QP back to RESET: empty queues, fresh protocol state, same QPN.

@@ -55,7 +55,8 @@ fn check(pair: &Pair, what: &str) {
     eprintln!("{what}:\n{}{}", pair.server_out(), pair.client_out());
 }
 
-/// All default cases: bad rkey, missing remote read/write permission (MR and
+/// All default cases: bad rkey (also with sends and receives on one CQ, where
+/// the failing Read must still complete first), missing remote read/write permission (MR and
 /// QP), out-of-bounds Reads and Writes, a Send longer than the receive, bad
 /// lkeys on the send and the receive side, a Read into a read-only MR, and the
 /// verbs' own error codes.
@@ -68,6 +69,7 @@ fn error_cases_complete_in_error_and_leave_other_qps_working() {
     for case in [
         "verbs",
         "bad-rkey-read",
+        "bad-rkey-read-one-cq",
         "read-without-remote-read",
         "write-without-remote-write",
         "write-qp-without-remote-write",

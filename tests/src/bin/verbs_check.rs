@@ -1173,6 +1173,25 @@ mod errors {
         Ok(Link { qp, scq, rcq })
     }
 
+    /// As [`new_link`], sending and receiving on one CQ.
+    fn new_link_one_cq(dev: &Dev) -> Res<Link> {
+        let cq = Cq::new(&dev.ctx, 256).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        let cap = ibv::ibv_qp_cap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 64,
+        };
+        let qp =
+            Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+        Ok(Link {
+            qp,
+            scq: cq.clone(),
+            rcq: cq,
+        })
+    }
+
     fn mr(dev: &Dev, len: usize, access: u32) -> Res<Mr> {
         let m = Mr::new(&dev.pd, len, access)
             .map_err(|e| format!("ibv_reg_mr({len}, {access:#x}): {e}"))?;
@@ -1222,6 +1241,42 @@ mod errors {
             ));
         }
         Ok(got)
+    }
+
+    /// On a CQ shared by both queues: the first of `sends` first, with its
+    /// status; then the rest of `sends` in order and every one of `recvs`
+    /// flushed in order, the two queues interleaved in any way.
+    fn expect_first_then(cq: &Cq, sends: &[(u64, u32)], recvs: &[RecvWr], who: &str) -> Res {
+        let n = sends.len() + recvs.len();
+        let got = wait_wcs(&[cq], n, Instant::now() + WAIT, who)?;
+        let all: Vec<String> = got.iter().map(fmt_wc).collect();
+        let first = got.first().map(|w| (w.wr_id, w.status));
+        if first != sends.first().copied() {
+            return Err(format!(
+                "{who}: the first completion is not the failing request {:?}: [{}]",
+                sends.first(),
+                all.join("; ")
+            ));
+        }
+        // Flushed completions carry no valid opcode: the wr_ids tell the
+        // queues apart (the receives' are the higher).
+        let recv_base = recvs.iter().map(|r| r.wr_id).min().unwrap_or(u64::MAX);
+        type Seen = Vec<(u64, u32)>;
+        let (of_recvs, of_sends): (Seen, Seen) = got
+            .iter()
+            .map(|w| (w.wr_id, w.status))
+            .partition(|w| w.0 >= recv_base);
+        let want_recvs: Vec<(u64, u32)> = recvs
+            .iter()
+            .map(|r| (r.wr_id, sys::IBV_WC_WR_FLUSH_ERR))
+            .collect();
+        if of_sends != sends || of_recvs != want_recvs {
+            return Err(format!(
+                "{who}: completions out of order or with the wrong status: [{}]",
+                all.join("; ")
+            ));
+        }
+        Ok(())
     }
 
     fn post_send(qp: &Qp, wrs: &[SendWr], who: &str) -> Res {
@@ -1403,6 +1458,9 @@ mod errors {
         name: &'static str,
         /// Only run when named with --case.
         opt_in: bool,
+        /// The client's QP sends and receives on one CQ, with two receives
+        /// posted: the failing request must still be the first completion.
+        shared_cq: bool,
         what: &'static str,
         srv_mr_access: u32,
         srv_qp_access: u32,
@@ -1431,6 +1489,22 @@ mod errors {
         vec![
             Case {
                 opt_in: false,
+                shared_cq: true,
+                name: "bad-rkey-read-one-cq",
+                what: "RDMA Read with an rkey that names no MR, sends and receives on one CQ",
+                srv_mr_access: ALL_ACCESS,
+                srv_qp_access: ALL_ACCESS,
+                srv_recvs: two.clone(),
+                srv_expect: vec![flush, flush],
+                ops: vec![
+                    CliOp::Read(512, Remote::BadRkey, false),
+                    CliOp::Send(16, false, false),
+                ],
+                cli_expect: vec![IBV_WC_REM_ACCESS_ERR, flush],
+            },
+            Case {
+                opt_in: false,
+                shared_cq: false,
                 name: "bad-rkey-read",
                 what: "RDMA Read with an rkey that names no MR",
                 srv_mr_access: ALL_ACCESS,
@@ -1445,6 +1519,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "read-without-remote-read",
                 what: "RDMA Read from an MR registered without IBV_ACCESS_REMOTE_READ",
                 srv_mr_access: write_ok,
@@ -1459,6 +1534,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "write-without-remote-write",
                 what: "RDMA Write to an MR registered without IBV_ACCESS_REMOTE_WRITE",
                 srv_mr_access: read_ok,
@@ -1474,6 +1550,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "write-qp-without-remote-write",
                 what: "RDMA Write to a QP whose access flags lack IBV_ACCESS_REMOTE_WRITE",
                 srv_mr_access: ALL_ACCESS,
@@ -1489,6 +1566,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "read-out-of-bounds",
                 what: "RDMA Read running past the end of the remote MR",
                 srv_mr_access: ALL_ACCESS,
@@ -1503,6 +1581,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "read-beyond-mr",
                 what: "RDMA Read starting beyond the end of the remote MR",
                 srv_mr_access: ALL_ACCESS,
@@ -1517,6 +1596,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "write-out-of-bounds",
                 what: "RDMA Write running past the end of the remote MR",
                 srv_mr_access: ALL_ACCESS,
@@ -1532,6 +1612,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "send-too-long",
                 what: "Send longer than the posted receive buffer",
                 srv_mr_access: ALL_ACCESS,
@@ -1548,6 +1629,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "bad-lkey-send",
                 what: "Send whose SGE has an lkey that names no MR",
                 srv_mr_access: ALL_ACCESS,
@@ -1561,6 +1643,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "read-sink-not-writable",
                 what: "RDMA Read into an MR registered without IBV_ACCESS_LOCAL_WRITE",
                 srv_mr_access: ALL_ACCESS,
@@ -1575,6 +1658,7 @@ mod errors {
             },
             Case {
                 opt_in: false,
+                shared_cq: false,
                 name: "bad-lkey-recv",
                 what: "Send into a receive whose SGE has an lkey that names no MR",
                 srv_mr_access: ALL_ACCESS,
@@ -1593,6 +1677,7 @@ mod errors {
                 // Opt-in (tests/tests/errors.rs runs it on its own): the fenced Send is
                 // only framed when the Read's response arrives, i.e. from the receive path.
                 opt_in: true,
+                shared_cq: false,
                 name: "fenced-bad-lkey-after-read",
                 what: "fenced Send with a bad lkey, framed once a Read's response arrives",
                 srv_mr_access: ALL_ACCESS,
@@ -1611,7 +1696,11 @@ mod errors {
 
     fn run_case(dev: &Dev, oob: &mut Oob, peer_gid: [u8; 16], client: bool, c: &Case) -> Res {
         let who = if client { "requester" } else { "responder" };
-        let link = new_link(dev)?;
+        let link = if client && c.shared_cq {
+            new_link_one_cq(dev)?
+        } else {
+            new_link(dev)?
+        };
         let exposed = mr(dev, EXPOSED_LEN, c.srv_mr_access)?;
         // Receive buffers with poison around them, and the client's buffers.
         let loc = mr(dev, 64 * 1024, sys::IBV_ACCESS_LOCAL_WRITE)?;
@@ -1724,6 +1813,16 @@ mod errors {
                     }
                     wrs.push(wr);
                 }
+                let recvs: Vec<RecvWr> = (0..2)
+                    .map(|k| RecvWr {
+                        wr_id: 0x300 + k,
+                        sges: vec![loc.sge(50_000 + 1024 * k as usize, 512)],
+                        num_sge: None,
+                    })
+                    .collect();
+                if c.shared_cq {
+                    post_recv(&link.qp, &recvs, who)?;
+                }
                 post_send(&link.qp, &wrs, who)?;
                 let want: Vec<(u64, u32)> = c
                     .cli_expect
@@ -1731,11 +1830,12 @@ mod errors {
                     .enumerate()
                     .map(|(i, &s)| (0x200 + i as u64, s))
                     .collect();
-                expect_wcs(
-                    &link.scq,
-                    &want,
-                    &format!("{who}: completions of {:?}", op_names(&c.ops)),
-                )?;
+                let what = format!("{who}: completions of {:?}", op_names(&c.ops));
+                if c.shared_cq {
+                    expect_first_then(&link.scq, &want, &recvs, &what)?;
+                } else {
+                    expect_wcs(&link.scq, &want, &what)?;
+                }
                 expect_state(&link.qp, sys::IBV_QPS_ERR, who)?;
                 // Work posted to a QP in error is flushed.
                 post_send(
