@@ -5,9 +5,10 @@
 # Build: bindgen needs libclang and the rdma-core headers; cargo links with cc.
 XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libibverbs-dev librdmacm-dev)
 # Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc.
-# (procps), groff (groff-base) to check the xiwdv(3) man page. The xiwdv
-# example is built with gcc and pkg-config, above.
-XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base)
+# (procps), groff (groff-base) to check the xiwdv(3) man page, rdma-core's own
+# test suite (python3-pyverbs). The xiwdv example is built with gcc and
+# pkg-config, above.
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base python3-pyverbs)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;
 # touches apt not at all when everything is present.

@@ -190,6 +190,7 @@ unsafe extern "C" fn alloc_context(
             (*ctx).sh = Arc::into_raw(sh);
             (*ctx).progress = Box::into_raw(Box::new(thread));
             (*ctx).vctx.context.async_fd = async_r.into_raw_fd();
+            (*ctx).vctx.context.num_comp_vectors = crate::verbs::COMP_VECTORS;
             verbs_set_ops(&mut (*ctx).vctx, &ops);
             &mut (*ctx).vctx
         }

@@ -124,8 +124,15 @@ impl QpCore {
             rq,
             sq_post: parking_lot::Mutex::new(()),
             rq_post: parking_lot::Mutex::new(()),
-            state: AtomicU32::new(IBV_QPS_RESET),
-            attrs: Mutex::new(Attrs::default()),
+            // A new QP is idle, as on iWARP RNICs, whose idle state the
+            // verbs call INIT (siw's query reports a new QP so, and
+            // rdma-core's tests expect it of an RNIC): receives may be posted
+            // at once.
+            state: AtomicU32::new(IBV_QPS_INIT),
+            attrs: Mutex::new(Attrs {
+                port_num: 1,
+                ..Attrs::default()
+            }),
             tx_blocked: AtomicBool::new(false),
             rx_eof: AtomicBool::new(false),
             handle: AtomicUsize::new(0),

@@ -7,19 +7,20 @@ pub(super) fn new_cq(
     ctx: *mut ibv_context,
     cqe: i32,
     channel: *mut ibv_comp_channel,
+    vector: i64,
     wc_flags: u64,
 ) -> Result<*mut XiwCq, i32> {
     // SAFETY: ctx is ours.
     let sh = unsafe { shared(ctx) };
+    if cqe <= 0 || cqe as u32 > MAX_CQE || !(0..i64::from(COMP_VECTORS)).contains(&vector) {
+        return Err(libc::EINVAL);
+    }
     if !channel.is_null() {
         crate::log::warn(
             &sh.log,
             format_args!("completion channels need the xiw kernel module"),
         );
         return Err(libc::EOPNOTSUPP);
-    }
-    if cqe <= 0 || cqe as u32 > MAX_CQE {
-        return Err(libc::EINVAL);
     }
     let id = sh.next_id();
     let cq =
@@ -47,11 +48,13 @@ pub(super) unsafe extern "C" fn create_cq(
     ctx: *mut ibv_context,
     cqe: i32,
     channel: *mut ibv_comp_channel,
-    _vector: i32,
+    vector: i32,
 ) -> *mut ibv_cq {
-    guard(ptr::null_mut(), || match new_cq(ctx, cqe, channel, 0) {
-        Ok(p) => p as *mut ibv_cq,
-        Err(e) => null_err(e),
+    guard(ptr::null_mut(), || {
+        match new_cq(ctx, cqe, channel, vector.into(), 0) {
+            Ok(p) => p as *mut ibv_cq,
+            Err(e) => null_err(e),
+        }
     })
 }
 
@@ -79,7 +82,8 @@ pub(super) unsafe extern "C" fn create_cq_ex(
         if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
             return null_err(libc::EOPNOTSUPP);
         }
-        match new_cq(ctx, a.cqe as i32, a.channel, a.wc_flags) {
+        let cqe = i32::try_from(a.cqe).unwrap_or(i32::MAX);
+        match new_cq(ctx, cqe, a.channel, a.comp_vector.into(), a.wc_flags) {
             Ok(p) => {
                 // SAFETY: p was just allocated; we are its only user.
                 let ex = unsafe { &mut *(*p).vcq.cq_ex };

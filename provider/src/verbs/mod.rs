@@ -26,6 +26,8 @@ use crate::qpcore::QpCore;
 use crate::srq::Srq;
 
 pub const MAX_CQE: u32 = 1 << 20;
+/// Completion vectors a context reports: one (a CQ's comp_vector must be 0).
+pub const COMP_VECTORS: i32 = 1;
 pub const MAX_QP: u32 = 16384;
 pub const MAX_MR: u32 = 1 << 24;
 pub const MAX_SRQ: u32 = 16384;

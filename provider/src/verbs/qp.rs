@@ -36,8 +36,13 @@ pub(super) fn new_qp(
         );
         return Err(libc::EOPNOTSUPP);
     }
-    let known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let known =
+        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
     if a.comp_mask & !known != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    // No creation flag is supported; naming none is fine.
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
         return Err(libc::EOPNOTSUPP);
     }
     let ops = if sh_ref.cfg.extensions {
@@ -136,6 +141,8 @@ pub(super) fn new_qp(
         b.srq = a.srq;
         b.handle = qpn;
         b.qp_num = qpn;
+        // libibverbs' own view of a new QP, as for every provider; the QP
+        // itself is INIT (see QpCore::new), which ibv_query_qp reports.
         b.state = IBV_QPS_RESET;
         b.qp_type = IBV_QPT_RC;
         ex.wr_start = Some(wr_start);

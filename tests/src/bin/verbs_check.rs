@@ -1997,10 +1997,36 @@ mod errors {
             num_sge: None,
         };
 
+        // A new QP is idle, INIT to the verbs, as on iWARP RNICs.
+        match qp.state() {
+            Ok(sys::IBV_QPS_INIT) => {}
+            Ok(s) => bad.borrow_mut().push(format!(
+                "a new QP is in {}, expected INIT (an RNIC's idle QP)",
+                state_name(s)
+            )),
+            Err(e) => bad
+                .borrow_mut()
+                .push(format!("ibv_query_qp: {}", ibv::errno_str(e))),
+        }
         // Posting to a QP in RESET.
+        let reset = ibv::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RESET,
+            ..Default::default()
+        };
+        if let Err(e) = qp.modify(&reset, sys::IBV_QP_STATE) {
+            bad.borrow_mut().push(format!(
+                "ibv_modify_qp INIT -> RESET: {}",
+                ibv::errno_str(e)
+            ));
+        }
         check(
             "ibv_post_send in RESET",
             qp.post_send(&[send(1, 1)]).map_err(|(_, e)| e),
+            libc::EINVAL,
+        );
+        check(
+            "ibv_post_recv in RESET",
+            qp.post_recv(&[recv(1, 1)]).map_err(|(_, e)| e),
             libc::EINVAL,
         );
         qp.to_init(ALL_ACCESS)?;
