@@ -252,7 +252,9 @@ pub struct verbs_context_ops {
     pub reg_mr:
         Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
-    pub rereg_mr: Op,
+    pub rereg_mr: Option<
+        unsafe extern "C" fn(*mut verbs_mr, c_int, *mut ibv_pd, *mut c_void, usize, c_int) -> c_int,
+    >,
     pub resize_cq: Op,
     pub set_ece: Op,
     pub unimport_dm: Op,

@@ -67,6 +67,32 @@ impl Mr {
     }
 }
 
+/// What an MR is registered as: its PD, host address, length, the address
+/// the peer uses for its first byte, access flags and flush/verify attributes.
+pub struct MrSpec {
+    pub pd: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub iova: u64,
+    pub access: u32,
+    pub ext: Option<Box<MrExt>>,
+}
+
+impl MrSpec {
+    fn into_mr(self, key: u8) -> Mr {
+        Mr {
+            addr: self.addr,
+            iova: self.iova,
+            len: self.len,
+            access: self.access,
+            pd: self.pd,
+            key,
+            valid: AtomicBool::new(true),
+            ext: self.ext,
+        }
+    }
+}
+
 /// Access bits a local work request needs (not in `enum ibv_access_flags`).
 pub const NEED_NONE: u32 = 0;
 
@@ -84,19 +110,18 @@ struct Slots {
 
 impl MrTable {
     pub fn register(&self, pd: u32, addr: u64, len: u64, iova: u64, access: u32) -> u32 {
-        self.register_ext(pd, addr, len, iova, access, None)
+        self.register_ext(MrSpec {
+            pd,
+            addr,
+            len,
+            iova,
+            access,
+            ext: None,
+        })
     }
 
     /// As [`MrTable::register`], with the flush/verify attributes of the MR.
-    pub fn register_ext(
-        &self,
-        pd: u32,
-        addr: u64,
-        len: u64,
-        iova: u64,
-        access: u32,
-        ext: Option<Box<MrExt>>,
-    ) -> u32 {
+    pub fn register_ext(&self, spec: MrSpec) -> u32 {
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
         let index = match s.free.pop() {
             Some(i) => i,
@@ -113,17 +138,40 @@ impl MrTable {
         };
         let key = s.keys[index as usize].wrapping_add(1);
         s.keys[index as usize] = key;
-        s.mrs[index as usize] = Some(Mr {
-            addr,
-            iova,
-            len,
-            access,
-            pd,
-            key,
-            valid: AtomicBool::new(true),
-            ext,
-        });
+        s.mrs[index as usize] = Some(spec.into_mr(key));
         index << 8 | key as u32
+    }
+
+    /// Gives the MR `stag` new attributes (`ibv_rereg_mr`), keeping its
+    /// STag; waits for any access in progress, as deregistration does. A
+    /// Local Invalidate done before is undone: the MR is registered anew.
+    /// False if `stag` names no MR.
+    pub fn reregister(&self, stag: u32, spec: MrSpec) -> bool {
+        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        match s.mrs.get_mut((stag >> 8) as usize) {
+            Some(Some(mr)) if mr.key == stag as u8 => {
+                *mr = spec.into_mr(mr.key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// What the MR `stag` is now: (PD, host address, length, iova, access,
+    /// its Verify hash), if it exists.
+    pub fn describe(&self, stag: u32) -> Option<(u32, u64, u64, u64, u32, Option<Hash>)> {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        match s.mrs.get((stag >> 8) as usize) {
+            Some(Some(mr)) if mr.key == stag as u8 => Some((
+                mr.pd,
+                mr.addr,
+                mr.len,
+                mr.iova,
+                mr.access,
+                mr.ext.as_ref().and_then(|e| e.hash),
+            )),
+            _ => None,
+        }
     }
 
     /// Removes an MR; waits for any access in progress (it holds the read lock).

@@ -56,6 +56,14 @@ extern "C" {
     /// The exported function; the verbs.h macro of the same name calls it for
     /// access flags without IBV_ACCESS_OPTIONAL_RANGE bits, as all of ours are.
     fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr;
+    fn ibv_rereg_mr(
+        mr: *mut ibv_mr,
+        flags: c_int,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> c_int;
     fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int;
     fn ibv_create_cq(
         context: *mut ibv_context,
@@ -500,6 +508,32 @@ impl Mr {
         assert!(off + len <= self.mem.len, "fill {off}+{len} outside the MR");
         // SAFETY: as in `write`.
         unsafe { ptr::write_bytes(self.mem.ptr.as_ptr().add(off), byte, len) };
+    }
+
+    /// `ibv_rereg_mr` onto `mem` (which the MR then owns; the old buffer is
+    /// unmapped) with `access`, keeping the keys. Err: errno.
+    pub fn rereg(&mut self, mem: Mapping, access: u32) -> Result<(), i32> {
+        let flags = xiw_abi::verbs::IBV_REREG_MR_CHANGE_TRANSLATION
+            | xiw_abi::verbs::IBV_REREG_MR_CHANGE_ACCESS;
+        // SAFETY: our registered MR; the new mapping outlives the registration
+        // (it replaces `mem`, dropped after deregistration).
+        let r = unsafe {
+            ibv_rereg_mr(
+                self.raw.as_ptr(),
+                flags as c_int,
+                ptr::null_mut(),
+                mem.ptr.as_ptr() as *mut c_void,
+                mem.len,
+                access as c_int,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
+        }
+        self.mem = mem;
+        Ok(())
     }
 
     /// A copy of `len` bytes at `off`.

@@ -253,6 +253,7 @@ pub fn ops() -> verbs_context_ops {
         query_qp: Some(query_qp),
         query_srq: Some(query_srq),
         reg_mr: Some(reg_mr),
+        rereg_mr: Some(rereg_mr),
         req_notify_cq: Some(req_notify_cq),
         ..verbs_context_ops::EMPTY
     }

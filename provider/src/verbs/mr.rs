@@ -83,33 +83,8 @@ pub(crate) unsafe fn register_mr(
         crate::log::debug(&sh.log, format_args!("reg_mr: {why}"));
         Err((e, why))
     };
-    // Bits from IBV_ACCESS_OPTIONAL_FIRST up may be ignored by a provider.
-    let access = access & (IBV_ACCESS_OPTIONAL_FIRST - 1);
-    if access & !mem::SUPPORTED_ACCESS != 0 {
-        return refuse(
-            libc::EOPNOTSUPP,
-            format!("unsupported access flags {access:#x}"),
-        );
-    }
-    let wants_write = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-    if access & wants_write != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0 {
-        return refuse(
-            libc::EINVAL,
-            "remote write or atomic access needs local write access".into(),
-        );
-    }
-    if (addr.is_null() && len > 0) || (addr as u64).checked_add(len as u64).is_none() {
-        return refuse(libc::EINVAL, format!("bad range {addr:p}+{len}"));
-    }
-    let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
-    if len > 0 && !mapped(addr as u64, len as u64, writable) {
-        return refuse(
-            libc::EFAULT,
-            format!("{addr:p}+{len} is not mapped with the needed protection"),
-        );
-    }
-    let ext = match mr_ext(sh, addr as u64, len as u64, access, hash) {
-        Ok(ext) => ext,
+    let (access, ext) = match checked(sh, addr as u64, len as u64, access, hash) {
+        Ok(v) => v,
         Err((e, why)) => return refuse(e, why),
     };
     let internal = if hash.is_some() {
@@ -117,9 +92,14 @@ pub(crate) unsafe fn register_mr(
     } else {
         access
     };
-    let stag = sh
-        .mrs
-        .register_ext(p.id, addr as u64, len as u64, iova, internal, ext);
+    let stag = sh.mrs.register_ext(mem::MrSpec {
+        pd: p.id,
+        addr: addr as u64,
+        len: len as u64,
+        iova,
+        access: internal,
+        ext,
+    });
     let mr = Box::new(XiwMr {
         vmr: verbs_mr {
             ibv_mr: ibv_mr {
@@ -136,6 +116,138 @@ pub(crate) unsafe fn register_mr(
         },
     });
     Ok(Box::into_raw(mr) as *mut ibv_mr)
+}
+
+/// The access flags a registration keeps, and the MR's flush/verify attributes.
+type Checked = (u32, Option<Box<mem::MrExt>>);
+
+/// Checks the access flags and the range of a registration.
+fn checked(
+    sh: &Shared,
+    addr: u64,
+    len: u64,
+    access: u32,
+    hash: Option<crate::persist::Hash>,
+) -> Result<Checked, (i32, String)> {
+    // Bits from IBV_ACCESS_OPTIONAL_FIRST up may be ignored by a provider.
+    let access = access & (IBV_ACCESS_OPTIONAL_FIRST - 1);
+    if access & !mem::SUPPORTED_ACCESS != 0 {
+        return Err((
+            libc::EOPNOTSUPP,
+            format!("unsupported access flags {access:#x}"),
+        ));
+    }
+    let wants_write = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    if access & wants_write != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0 {
+        return Err((
+            libc::EINVAL,
+            "remote write or atomic access needs local write access".into(),
+        ));
+    }
+    if (addr == 0 && len > 0) || addr.checked_add(len).is_none() {
+        return Err((libc::EINVAL, format!("bad range {addr:#x}+{len}")));
+    }
+    let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
+    if len > 0 && !mapped(addr, len, writable) {
+        return Err((
+            libc::EFAULT,
+            format!("{addr:#x}+{len} is not mapped with the needed protection"),
+        ));
+    }
+    Ok((access, mr_ext(sh, addr, len, access, hash)?))
+}
+
+/// `ibv_rereg_mr`: new translation, PD or access flags for an MR, which
+/// keeps its keys. On failure the MR is unchanged, errno is set and the
+/// errno is returned (libibverbs reports IBV_REREG_MR_ERR_CMD).
+pub(super) unsafe extern "C" fn rereg_mr(
+    vmr: *mut verbs_mr,
+    flags: i32,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: i32,
+) -> i32 {
+    guard(libc::EIO, || {
+        // SAFETY: the caller's arguments, as libibverbs passes them.
+        let r = unsafe {
+            rereg(
+                vmr,
+                flags as u32,
+                pd,
+                addr as u64,
+                len as u64,
+                access as u32,
+            )
+        };
+        match r {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                e
+            }
+        }
+    })
+}
+
+/// # Safety
+/// `vmr` is one of this provider's MRs; `pd` is null or one of its PDs.
+unsafe fn rereg(
+    vmr: *mut verbs_mr,
+    flags: u32,
+    pd: *mut ibv_pd,
+    addr: u64,
+    len: u64,
+    access: u32,
+) -> Result<(), i32> {
+    if vmr.is_null() || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: vmr is ours.
+    let (stag, ctx) = unsafe { ((*vmr).ibv_mr.lkey, (*vmr).ibv_mr.context) };
+    // SAFETY: as above.
+    let sh = unsafe { shared(ctx) };
+    let (old_pd, old_addr, old_len, old_iova, old_access, hash) =
+        sh.mrs.describe(stag).ok_or(libc::EINVAL)?;
+    let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+        if pd.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: pd is ours, per the function contract.
+        unsafe { pd_of(pd).id }
+    } else {
+        old_pd
+    };
+    // A new translation is tagged from its own address, as registration does.
+    let (addr, len, iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+        (addr, len, addr)
+    } else {
+        (old_addr, old_len, old_iova)
+    };
+    let internal = old_access & mem::ACCESS_VERIFY;
+    let access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+        access
+    } else {
+        old_access & !mem::ACCESS_VERIFY
+    };
+    let (access, ext) = checked(sh, addr, len, access, hash).map_err(|(e, why)| {
+        crate::log::debug(&sh.log, format_args!("rereg_mr: {why}"));
+        e
+    })?;
+    let spec = mem::MrSpec {
+        pd: new_pd,
+        addr,
+        len,
+        iova,
+        access: access | internal,
+        ext,
+    };
+    if !sh.mrs.reregister(stag, spec) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: vmr is ours; libibverbs updates pd, addr and length itself.
+    unsafe { (*vmr).access = access as i32 };
+    Ok(())
 }
 
 /// The flush/verify attributes of a new MR: the medium behind it, found now,

@@ -364,18 +364,12 @@ pub(super) unsafe extern "C" fn query_qp(
     })
 }
 
-/// Converts one `ibv_send_wr` into a WQE, checking it against the QP's limits.
-pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> {
-    let n = w.num_sge.max(0) as usize;
-    if n > q.caps.max_send_sge as usize {
-        return Err(libc::EINVAL);
-    }
-    let sges: &[ibv_sge] = if n == 0 || w.sg_list.is_null() {
-        &[]
-    } else {
-        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
-        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
-    };
+/// The WQE of a Send, Send with Invalidate or RDMA Write, and true; for
+/// another opcode, a WQE with only the wr_id, and false.
+///
+/// # Safety
+/// `w` is a valid WR.
+unsafe fn data_wqe(w: &ibv_send_wr) -> (SendWqe, bool) {
     let mut wqe = SendWqe {
         wr_id: w.wr_id,
         ..Default::default()
@@ -393,6 +387,30 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
                 wqe.remote_addr = w.wr.rdma.remote_addr;
                 wqe.rkey = w.wr.rdma.rkey;
             }
+            _ => return (wqe, false),
+        }
+    }
+    (wqe, true)
+}
+
+/// Converts one `ibv_send_wr` into a WQE, checking it against the QP's limits.
+pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> {
+    let n = w.num_sge.max(0) as usize;
+    if n > q.caps.max_send_sge as usize {
+        return Err(libc::EINVAL);
+    }
+    let sges: &[ibv_sge] = if n == 0 || w.sg_list.is_null() {
+        &[]
+    } else {
+        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
+    };
+    // SAFETY: the caller's valid WR.
+    let (mut wqe, done) = unsafe { data_wqe(w) };
+    // SAFETY: reading the union member that matches the opcode.
+    unsafe {
+        match w.opcode {
+            _ if done => {}
             IBV_WR_RDMA_READ => {
                 wqe.opcode = op::READ;
                 wqe.remote_addr = w.wr.rdma.remote_addr;
@@ -540,25 +558,10 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
     if n > q.caps.max_send_sge as usize || (n > 0 && w.sg_list.is_null()) {
         return false;
     }
-    let mut wqe = SendWqe {
-        wr_id: w.wr_id,
-        ..Default::default()
-    };
-    // SAFETY: reading the union member that matches the opcode.
-    unsafe {
-        match w.opcode {
-            IBV_WR_SEND => wqe.opcode = op::SEND,
-            IBV_WR_SEND_WITH_INV => {
-                wqe.opcode = op::SEND_INV;
-                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
-            }
-            IBV_WR_RDMA_WRITE => {
-                wqe.opcode = op::WRITE;
-                wqe.remote_addr = w.wr.rdma.remote_addr;
-                wqe.rkey = w.wr.rdma.rkey;
-            }
-            _ => return false,
-        }
+    // SAFETY: per the function contract.
+    let (mut wqe, done) = unsafe { data_wqe(w) };
+    if !done {
+        return false;
     }
     let sges: &[ibv_sge] = if n == 0 {
         &[]

@@ -33,6 +33,11 @@
 //!   checks its receives (in order, every byte) and the last bytes written
 //!   to every slot of its target buffer.
 //!
+//! - `rereg [--seed S]`: the server moves the MR the client writes into to a
+//!   new buffer and adds remote read (`ibv_rereg_mr`, translation and
+//!   access); the same rkey then writes and reads the new buffer, and a Write
+//!   to the old range is refused (both QPs end in error, nothing lands).
+//!
 //! Common options: `--timeout SECS` (a watchdog ends the process after that,
 //! default 50). On a failure the process ends at once, without tearing the
 //! device down, since a provider in trouble could hang there.
@@ -66,7 +71,7 @@ struct Args {
 }
 
 fn usage() -> String {
-    "usage: xiw-verbs-check integrity|errors|stall --port P [--server ADDR] [--dev NAME] \
+    "usage: xiw-verbs-check integrity|errors|stall|rereg --port P [--server ADDR] [--dev NAME] \
      [--qps N] [--ops M] [--seed S] [--case NAME]... [--timeout SECS]"
         .into()
 }
@@ -152,6 +157,7 @@ fn main() -> ExitCode {
         "integrity" => integrity::run(&args),
         "errors" => errors::run(&args),
         "stall" => stall::run(&args),
+        "rereg" => rereg::run(&args),
         s => Err(format!("unknown scenario {s}\n{}", usage())),
     };
     match r {
@@ -268,6 +274,18 @@ impl Oob {
             }
         }
     }
+}
+
+/// Runs a scenario's `body` on the device; a failure ends the process at
+/// once, before the context is closed (a provider in trouble could hang
+/// there).
+fn on_device(a: &Args, body: fn(&Args, &Dev) -> Res<String>) -> Res<String> {
+    let dev = open_dev(a.dev.as_deref())?;
+    let r = body(a, &dev);
+    if let Err(e) = &r {
+        fail_fast(e);
+    }
+    r
 }
 
 fn get<T: std::str::FromStr>(m: &HashMap<String, String>, k: &str) -> Res<T> {
@@ -645,13 +663,7 @@ mod integrity {
     }
 
     pub fn run(a: &Args) -> Res<String> {
-        let dev = open_dev(a.dev.as_deref())?;
-        let r = body(a, &dev);
-        if let Err(e) = &r {
-            // Before the context is closed: a provider in trouble could hang there.
-            fail_fast(e);
-        }
-        r
+        on_device(a, body)
     }
 
     fn body(a: &Args, dev: &Dev) -> Res<String> {
@@ -1161,6 +1173,16 @@ mod errors {
     fn new_link(dev: &Dev) -> Res<Link> {
         let scq = Cq::new(&dev.ctx, 256).map_err(|e| format!("ibv_create_cq: {e}"))?;
         let rcq = Cq::new(&dev.ctx, 256).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        link_on(dev, scq, rcq)
+    }
+
+    /// As [`new_link`], sending and receiving on one CQ.
+    fn new_link_one_cq(dev: &Dev) -> Res<Link> {
+        let cq = Cq::new(&dev.ctx, 256).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        link_on(dev, cq.clone(), cq)
+    }
+
+    fn link_on(dev: &Dev, scq: Cq, rcq: Cq) -> Res<Link> {
         let cap = ibv::ibv_qp_cap {
             max_send_wr: 64,
             max_recv_wr: 64,
@@ -1171,25 +1193,6 @@ mod errors {
         let qp =
             Qp::new(&dev.pd, &scq, &rcq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
         Ok(Link { qp, scq, rcq })
-    }
-
-    /// As [`new_link`], sending and receiving on one CQ.
-    fn new_link_one_cq(dev: &Dev) -> Res<Link> {
-        let cq = Cq::new(&dev.ctx, 256).map_err(|e| format!("ibv_create_cq: {e}"))?;
-        let cap = ibv::ibv_qp_cap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline_data: 64,
-        };
-        let qp =
-            Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
-        Ok(Link {
-            qp,
-            scq: cq.clone(),
-            rcq: cq,
-        })
     }
 
     fn mr(dev: &Dev, len: usize, access: u32) -> Res<Mr> {
@@ -1454,6 +1457,7 @@ mod errors {
 
     /// A requester-side error case: the client posts `ops` (all signaled) to a
     /// server that exposes one MR and posted `recvs`.
+    #[derive(Clone)]
     struct Case {
         name: &'static str,
         /// Only run when named with --case.
@@ -1486,22 +1490,7 @@ mod errors {
         //   the status the Terminate maps to; what follows is flushed.
         // - A refused Read Request is answered by the Terminate alone, so the Read
         //   itself carries the mapped status.
-        vec![
-            Case {
-                opt_in: false,
-                shared_cq: true,
-                name: "bad-rkey-read-one-cq",
-                what: "RDMA Read with an rkey that names no MR, sends and receives on one CQ",
-                srv_mr_access: ALL_ACCESS,
-                srv_qp_access: ALL_ACCESS,
-                srv_recvs: two.clone(),
-                srv_expect: vec![flush, flush],
-                ops: vec![
-                    CliOp::Read(512, Remote::BadRkey, false),
-                    CliOp::Send(16, false, false),
-                ],
-                cli_expect: vec![IBV_WC_REM_ACCESS_ERR, flush],
-            },
+        let mut cases = vec![
             Case {
                 opt_in: false,
                 shared_cq: false,
@@ -1691,7 +1680,16 @@ mod errors {
                 ],
                 cli_expect: vec![ok, IBV_WC_LOC_PROT_ERR, flush],
             },
-        ]
+        ];
+        // The first case again, with sends and receives on one CQ.
+        let one_cq = Case {
+            shared_cq: true,
+            name: "bad-rkey-read-one-cq",
+            what: "RDMA Read with an rkey that names no MR, sends and receives on one CQ",
+            ..cases[0].clone()
+        };
+        cases.insert(0, one_cq);
+        cases
     }
 
     fn run_case(dev: &Dev, oob: &mut Oob, peer_gid: [u8; 16], client: bool, c: &Case) -> Res {
@@ -2272,13 +2270,7 @@ mod errors {
     }
 
     pub fn run(a: &Args) -> Res<String> {
-        let dev = open_dev(a.dev.as_deref())?;
-        let r = body(a, &dev);
-        if let Err(e) = &r {
-            // Before the context is closed: a provider in trouble could hang there.
-            fail_fast(e);
-        }
-        r
+        on_device(a, body)
     }
 
     fn body(a: &Args, dev: &Dev) -> Res<String> {
@@ -2415,12 +2407,7 @@ mod stall {
     }
 
     pub fn run(a: &Args) -> Res<String> {
-        let dev = open_dev(a.dev.as_deref())?;
-        let r = body(a, &dev);
-        if let Err(e) = &r {
-            fail_fast(e);
-        }
-        r
+        on_device(a, body)
     }
 
     fn body(a: &Args, dev: &Dev) -> Res<String> {
@@ -2651,6 +2638,172 @@ mod stall {
                     "target slot {slot}: not the bytes of message {w:?}"
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+// ---- rereg --------------------------------------------------------------------
+
+mod rereg {
+    use super::*;
+    use xiw_tests::ibv::Mapping;
+
+    const LEN: usize = 8192;
+    const WAIT: Duration = Duration::from_secs(10);
+
+    pub fn run(a: &Args) -> Res<String> {
+        on_device(a, body)
+    }
+
+    fn wait_state(qp: &Qp, want: u32, who: &str) -> Res {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let st = qp
+                .state()
+                .map_err(|e| format!("{who}: ibv_query_qp: {e}"))?;
+            if st == want {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{who}: the QP is in {}, expected {}",
+                    state_name(st),
+                    state_name(want)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn body(a: &Args, dev: &Dev) -> Res<String> {
+        let client = a.server.is_some();
+        let mut oob = Oob::open(a)?;
+        let cq = Cq::new(&dev.ctx, 64).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        let cap = ibv::ibv_qp_cap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp =
+            Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+        let writable = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
+        let mr =
+            |len, access| Mr::new(&dev.pd, len, access).map_err(|e| format!("ibv_reg_mr: {e}"));
+        let mut tgt = mr(LEN, writable)?;
+        tgt.fill(0, LEN, POISON);
+        let bufs = mr(2 * LEN, ALL_ACCESS)?;
+        let m = oob.exchange(&[
+            ("qpn", qp.qpn().to_string()),
+            ("gid", hex(&dev.gid)),
+            ("tgt", tgt.addr().to_string()),
+            ("tgtk", tgt.rkey().to_string()),
+            ("seed", a.seed.to_string()),
+        ])?;
+        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
+        let seed: u64 = if client { a.seed } else { get(&m, "seed")? };
+        let (w1, w2) = (payload(mix(seed, &[1]), LEN), payload(mix(seed, &[2]), LEN));
+        qp.to_init(ALL_ACCESS)?;
+        if !client {
+            let recvs: Vec<RecvWr> = (0..2)
+                .map(|k| RecvWr {
+                    wr_id: k,
+                    sges: vec![bufs.sge(64 * k as usize, 64)],
+                    num_sge: None,
+                })
+                .collect();
+            qp.post_recv(&recvs)
+                .map_err(|(i, e)| format!("ibv_post_recv WR {i}: {}", ibv::errno_str(e)))?;
+        }
+        qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
+        oob.sync("ready", &Ok(()))?;
+        let signaled = |wr_id, opcode, sge, remote: (u64, u32)| SendWr {
+            wr_id,
+            opcode,
+            flags: sys::IBV_SEND_SIGNALED,
+            sges: vec![sge],
+            remote_addr: remote.0,
+            rkey: remote.1,
+            ..Default::default()
+        };
+        let ok = sys::IBV_WC_SUCCESS;
+        if client {
+            let old = (get::<u64>(&m, "tgt")?, get::<u32>(&m, "tgtk")?);
+            // A Write, and a Send that tells the server it is there.
+            bufs.write(0, &w1);
+            let wrs = [
+                signaled(1, sys::IBV_WR_RDMA_WRITE, bufs.sge(0, LEN), old),
+                signaled(2, sys::IBV_WR_SEND, bufs.sge(0, 8), (0, 0)),
+            ];
+            qp.post_send(&wrs)
+                .map_err(|(i, e)| format!("post WR {i}: {}", ibv::errno_str(e)))?;
+            check_wcs(&cq, &[(1, ok), (2, ok)], "before the rereg")?;
+            oob.sync("written", &Ok(()))?;
+            // The same rkey, the new buffer: Write, Read it back, Send.
+            let new = oob.exchange(&[])?;
+            let moved = (get::<u64>(&new, "tgt")?, old.1);
+            bufs.write(0, &w2);
+            bufs.fill(LEN, LEN, 0);
+            let wrs = [
+                signaled(3, sys::IBV_WR_RDMA_WRITE, bufs.sge(0, LEN), moved),
+                signaled(4, sys::IBV_WR_RDMA_READ, bufs.sge(LEN, LEN), moved),
+                signaled(5, sys::IBV_WR_SEND, bufs.sge(0, 8), (0, 0)),
+            ];
+            qp.post_send(&wrs)
+                .map_err(|(i, e)| format!("post WR {i}: {}", ibv::errno_str(e)))?;
+            check_wcs(&cq, &[(3, ok), (4, ok), (5, ok)], "after the rereg")?;
+            if bufs.read(LEN, LEN) != w2 {
+                return Err("the Read through the re-registered MR returned other bytes".into());
+            }
+            oob.sync("moved", &Ok(()))?;
+            // The old range is no longer the MR's: refused, both QPs fail.
+            let wr = signaled(6, sys::IBV_WR_RDMA_WRITE, bufs.sge(0, 64), old);
+            qp.post_send(&[wr])
+                .map_err(|(i, e)| format!("post WR {i}: {}", ibv::errno_str(e)))?;
+            wait_state(
+                &qp,
+                sys::IBV_QPS_ERR,
+                "client after a Write to the old range",
+            )?;
+            oob.sync("refused", &Ok(()))?;
+            Ok("Write, Read through the moved MR; the old range refused".into())
+        } else {
+            check_wcs(&cq, &[(0, ok)], "the first Send")?;
+            oob.sync("written", &Ok(()))?;
+            if tgt.read(0, LEN) != w1 {
+                return Err("the Write before the rereg did not land".into());
+            }
+            let access = writable | sys::IBV_ACCESS_REMOTE_READ;
+            let mem = Mapping::anon(LEN).map_err(|e| format!("mmap: {e}"))?;
+            tgt.rereg(mem, access)
+                .map_err(|e| format!("ibv_rereg_mr: {}", ibv::errno_str(e)))?;
+            oob.exchange(&[("tgt", tgt.addr().to_string())])?;
+            check_wcs(&cq, &[(1, ok)], "the second Send")?;
+            oob.sync("moved", &Ok(()))?;
+            if tgt.read(0, LEN) != w2 {
+                return Err("the Write after the rereg did not land in the new buffer".into());
+            }
+            wait_state(
+                &qp,
+                sys::IBV_QPS_ERR,
+                "server after a Write to the old range",
+            )?;
+            oob.sync("refused", &Ok(()))?;
+            if tgt.read(0, LEN) != w2 {
+                return Err("the refused Write changed the new buffer".into());
+            }
+            Ok("the MR moved and gained remote read; the old range refused".into())
+        }
+    }
+
+    /// Exactly these completions, in order.
+    fn check_wcs(cq: &Cq, want: &[(u64, u32)], what: &str) -> Res {
+        let got = wait_wcs(&[cq], want.len(), Instant::now() + WAIT, what)?;
+        let got: Vec<(u64, u32)> = got.iter().map(|w| (w.wr_id, w.status)).collect();
+        if got != want {
+            return Err(format!("{what}: completions {got:?}, expected {want:?}"));
         }
         Ok(())
     }
