@@ -142,36 +142,21 @@ impl MrTable {
         index << 8 | key as u32
     }
 
-    /// Gives the MR `stag` new attributes (`ibv_rereg_mr`), keeping its
-    /// STag; waits for any access in progress, as deregistration does. A
-    /// Local Invalidate done before is undone: the MR is registered anew.
-    /// False if `stag` names no MR.
-    pub fn reregister(&self, stag: u32, spec: MrSpec) -> bool {
+    /// Gives the MR `stag` the attributes `f` makes of its present ones
+    /// (`ibv_rereg_mr`), keeping its STag. `f` runs under the write lock, so
+    /// no access is in flight and no other change comes between; an error of
+    /// `f` leaves the MR as it was. A Local Invalidate done before is undone:
+    /// the MR is registered anew. None if `stag` names no MR.
+    pub fn reregister<E>(
+        &self,
+        stag: u32,
+        f: impl FnOnce(&Mr) -> Result<MrSpec, E>,
+    ) -> Option<Result<(), E>> {
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        match s.mrs.get_mut((stag >> 8) as usize) {
-            Some(Some(mr)) if mr.key == stag as u8 => {
-                *mr = spec.into_mr(mr.key);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// What the MR `stag` is now: (PD, host address, length, iova, access,
-    /// its Verify hash), if it exists.
-    pub fn describe(&self, stag: u32) -> Option<(u32, u64, u64, u64, u32, Option<Hash>)> {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        match s.mrs.get((stag >> 8) as usize) {
-            Some(Some(mr)) if mr.key == stag as u8 => Some((
-                mr.pd,
-                mr.addr,
-                mr.len,
-                mr.iova,
-                mr.access,
-                mr.ext.as_ref().and_then(|e| e.hash),
-            )),
-            _ => None,
-        }
+        let spec = f(lookup(&s, stag).ok()?);
+        Some(spec.map(|spec| {
+            s.mrs[(stag >> 8) as usize] = Some(spec.into_mr(stag as u8));
+        }))
     }
 
     /// Removes an MR; waits for any access in progress (it holds the read lock).

@@ -485,18 +485,6 @@ impl<L: Clone, P> Sender<L, P> {
     pub fn advance(&mut self, n: usize) {
         self.written += n as u64;
         self.active = true;
-        if self.spans.is_empty() {
-            assert!(
-                n <= self.buf.len() - self.off,
-                "the stream took more than was pending"
-            );
-            self.off += n;
-            if self.off == self.buf.len() {
-                self.buf.clear();
-                self.off = 0;
-            }
-            return;
-        }
         let mut n = n;
         while n > 0 {
             match self.spans.front() {
@@ -620,21 +608,10 @@ impl<L: Clone, P> Sender<L, P> {
             } => (tagged(rdmap::Opcode::Write, stag, to, true), false),
             _ => return Ok(false),
         };
-        // The whole FPDU at once: length, header, payload, pad, trailer.
-        let (start, hlen) = (self.buf.len(), hdr.buffer_len());
-        let at = start + mpa::LEN_FIELD_LEN + hlen;
-        let end = at + len + mpa::pad_len(hlen + len);
-        self.buf.resize(end + mpa::CRC_LEN, 0);
-        if let Err(e) = fill(&mut self.buf[at..at + len]) {
-            self.buf.truncate(start);
-            return Err(e);
-        }
+        self.put_fpdu(&hdr, &[], len, fill)?;
         if send {
             self.take_msn(ddp::QN_SEND);
         }
-        self.buf[start..start + 2].copy_from_slice(&((hlen + len) as u16).to_be_bytes());
-        hdr.emit(&mut self.buf[start + mpa::LEN_FIELD_LEN..at]);
-        self.seal(start, end, 0);
         Ok(true)
     }
 
@@ -657,13 +634,13 @@ impl<L: Clone, P> Sender<L, P> {
                 // Ready-to-receive: a zero-length RDMA Write (RFC 6581 section 6).
                 self.rtr = false;
                 let hdr = tagged(rdmap::Opcode::Write, 0, 0, true);
-                self.push_fpdu(&hdr, &[], |_| Ok(()), 0)?;
+                self.put_fpdu(&hdr, &[], 0, no_payload)?;
                 continue;
             }
             if let Some(body) = self.term.take() {
                 let msn = self.take_msn(ddp::QN_TERMINATE);
                 let hdr = untagged(rdmap::Opcode::Terminate, 0, ddp::QN_TERMINATE, msn, 0, true);
-                self.push_fpdu(&hdr, &body, |_| Ok(()), 0)?;
+                self.put_fpdu(&hdr, &body, 0, no_payload)?;
                 // Nothing follows a Terminate (RFC 5040 section 7.1).
                 self.gate = true;
                 continue;
@@ -927,7 +904,7 @@ impl<L: Clone, P> Sender<L, P> {
         };
         let msn = self.take_msn(ddp::QN_SEND);
         let hdr = untagged(op, 0, ddp::QN_SEND, msn, 0, true);
-        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
+        self.put_fpdu(&hdr, &body, 0, no_payload)
     }
 
     /// A Read, Atomic, Flush, Verify or Atomic Write Request on queue 1.
@@ -1064,14 +1041,14 @@ impl<L: Clone, P> Sender<L, P> {
         self.orq.push_back(pending);
         let msn = self.take_msn(ddp::QN_READ_REQUEST);
         let hdr = untagged(opcode, 0, ddp::QN_READ_REQUEST, msn, 0, true);
-        self.push_fpdu(&hdr, &body, |_| Ok(()), 0)
+        self.put_fpdu(&hdr, &body, 0, no_payload)
     }
 
     /// Frames the response to a queue 1 request on queue 3.
     fn respond(&mut self, opcode: rdmap::Opcode, body: &[u8]) -> Result<(), Fail> {
         let msn = self.take_msn(ddp::QN_ATOMIC_RESPONSE);
         let hdr = untagged(opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
-        self.push_fpdu(&hdr, body, |_| Ok(()), 0)
+        self.put_fpdu(&hdr, body, 0, no_payload)
     }
 
     /// A payload of `n` bytes goes to the stream in place.
@@ -1103,6 +1080,33 @@ impl<L: Clone, P> Sender<L, P> {
         let m = self.msn[qn as usize];
         self.msn[qn as usize] = m.wrapping_add(1);
         m
+    }
+
+    /// Appends one FPDU, laid out whole: length, DDP/RDMAP header, `extra`
+    /// header bytes, `len` payload bytes that `fill` writes in place, pad and
+    /// trailer (RFC 5044 section 4.1). If `fill` fails nothing is appended.
+    fn put_fpdu<E>(
+        &mut self,
+        hdr: &ddp::HeaderRepr,
+        extra: &[u8],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let start = self.buf.len();
+        let hlen = hdr.buffer_len() + extra.len();
+        let at = start + mpa::LEN_FIELD_LEN + hlen;
+        let end = at + len + mpa::pad_len(hlen + len);
+        self.buf.resize(end + mpa::CRC_LEN, 0);
+        if let Err(e) = fill(&mut self.buf[at..at + len]) {
+            self.buf.truncate(start);
+            return Err(e);
+        }
+        self.buf[start..start + 2].copy_from_slice(&((hlen + len) as u16).to_be_bytes());
+        let h = start + mpa::LEN_FIELD_LEN;
+        hdr.emit(&mut self.buf[h..at - extra.len()]);
+        self.buf[at - extra.len()..at].copy_from_slice(extra);
+        self.seal(start, end, 0);
+        Ok(())
     }
 
     /// Appends one FPDU: length, DDP/RDMAP header, `extra` header bytes,
@@ -1164,6 +1168,11 @@ impl<L: Clone, P> Sender<L, P> {
         }
         self.framed += (end + mpa::CRC_LEN - start + in_place) as u64;
     }
+}
+
+/// The fill of an FPDU that carries no payload.
+fn no_payload(_: &mut [u8]) -> Result<(), Fail> {
+    Ok(())
 }
 
 /// A driver located or gathered another payload length than asked.

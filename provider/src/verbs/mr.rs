@@ -207,46 +207,51 @@ unsafe fn rereg(
     let (stag, ctx) = unsafe { ((*vmr).ibv_mr.lkey, (*vmr).ibv_mr.context) };
     // SAFETY: as above.
     let sh = unsafe { shared(ctx) };
-    let (old_pd, old_addr, old_len, old_iova, old_access, hash) =
-        sh.mrs.describe(stag).ok_or(libc::EINVAL)?;
     let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
         if pd.is_null() {
             return Err(libc::EINVAL);
         }
         // SAFETY: pd is ours, per the function contract.
-        unsafe { pd_of(pd).id }
+        Some(unsafe { pd_of(pd).id })
     } else {
-        old_pd
+        None
     };
-    // A new translation is tagged from its own address, as registration does.
-    let (addr, len, iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
-        (addr, len, addr)
-    } else {
-        (old_addr, old_len, old_iova)
-    };
-    let internal = old_access & mem::ACCESS_VERIFY;
-    let access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
-        access
-    } else {
-        old_access & !mem::ACCESS_VERIFY
-    };
-    let (access, ext) = checked(sh, addr, len, access, hash).map_err(|(e, why)| {
-        crate::log::debug(&sh.log, format_args!("rereg_mr: {why}"));
-        e
-    })?;
-    let spec = mem::MrSpec {
-        pd: new_pd,
-        addr,
-        len,
-        iova,
-        access: access | internal,
-        ext,
-    };
-    if !sh.mrs.reregister(stag, spec) {
-        return Err(libc::EINVAL);
+    let mut kept = 0;
+    let r = sh.mrs.reregister(stag, |old| {
+        // A new translation is tagged from its own address, as registration does.
+        let (addr, len, iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            (addr, len, addr)
+        } else {
+            (old.addr, old.len, old.iova)
+        };
+        let internal = old.access & mem::ACCESS_VERIFY;
+        let access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            access
+        } else {
+            old.access & !mem::ACCESS_VERIFY
+        };
+        let hash = old.ext.as_ref().and_then(|e| e.hash);
+        let (access, ext) = checked(sh, addr, len, access, hash)?;
+        kept = access;
+        Ok(mem::MrSpec {
+            pd: new_pd.unwrap_or(old.pd),
+            addr,
+            len,
+            iova,
+            access: access | internal,
+            ext,
+        })
+    });
+    match r {
+        None => return Err(libc::EINVAL),
+        Some(Err((e, why))) => {
+            crate::log::debug(&sh.log, format_args!("rereg_mr: {why}"));
+            return Err(e);
+        }
+        Some(Ok(())) => {}
     }
     // SAFETY: vmr is ours; libibverbs updates pd, addr and length itself.
-    unsafe { (*vmr).access = access as i32 };
+    unsafe { (*vmr).access = kept as i32 };
     Ok(())
 }
 

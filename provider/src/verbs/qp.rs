@@ -399,12 +399,8 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
     if n > q.caps.max_send_sge as usize {
         return Err(libc::EINVAL);
     }
-    let sges: &[ibv_sge] = if n == 0 || w.sg_list.is_null() {
-        &[]
-    } else {
-        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
-        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
-    };
+    // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+    let sges = unsafe { sges(w.sg_list, n) };
     // SAFETY: the caller's valid WR.
     let (mut wqe, done) = unsafe { data_wqe(w) };
     // SAFETY: reading the union member that matches the opcode.
@@ -471,15 +467,9 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
             _ => return Err(libc::EINVAL),
         }
     }
-    let sges = crate::queue::sges_of(sges.len(), |k| Sge {
-        addr: sges[k].addr,
-        length: sges[k].length,
-        lkey: sges[k].lkey,
-    });
-    finish_wqe(q, wqe, w.send_flags, sges)
+    finish_wqe(q, wqe, w.send_flags, SgeList::from_slice(sges))
 }
 
-/// Applies send flags and builds the body (inline bytes are copied now).
 /// The WQE flags for `ibv_send_flags` (all but inline, which is a way of
 /// posting, not of sending).
 fn wqe_flags(flags: u32) -> u8 {
@@ -496,6 +486,20 @@ fn wqe_flags(flags: u32) -> u8 {
     f
 }
 
+/// The bytes an SGE of inline data names (no lkey applies).
+///
+/// # Safety
+/// Inline data is read from the caller's buffers at post time, as the verbs
+/// contract says: `s` names `length` readable bytes at `addr`.
+unsafe fn inline_bytes<'a>(s: &Sge) -> &'a [u8] {
+    if s.length == 0 {
+        return &[];
+    }
+    // SAFETY: per the function contract.
+    unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.length as usize) }
+}
+
+/// Applies send flags and builds the body (inline bytes are copied now).
 pub(super) fn finish_wqe(
     q: &Qp,
     mut wqe: SendWqe,
@@ -534,11 +538,8 @@ pub(super) fn finish_wqe(
         }
         let mut bytes = InlineBytes::with_capacity(total as usize);
         for s in &sges {
-            // SAFETY: inline data is read from the caller's buffers now, as the
-            // verbs contract says; no lkey applies.
-            bytes.extend_from_slice(unsafe {
-                std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
-            });
+            // SAFETY: the caller's buffers, as posting inline data names them.
+            bytes.extend_from_slice(unsafe { inline_bytes(s) });
         }
         wqe.flags |= wqe_flag::INLINE;
         return Ok((wqe, SendBody::Inline(bytes)));
@@ -563,12 +564,8 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
     if !done {
         return false;
     }
-    let sges: &[ibv_sge] = if n == 0 {
-        &[]
-    } else {
-        // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
-        unsafe { std::slice::from_raw_parts(w.sg_list, n) }
-    };
+    // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
+    let sges = unsafe { sges(w.sg_list, n) };
     let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
     let inline = w.send_flags & IBV_SEND_INLINE != 0;
     if total > q.sh.cfg.post_now_max || (inline && total > u64::from(q.caps.max_inline)) {
@@ -582,12 +579,11 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
             return q.sh.mrs.gather(q.pd, parts, out).map(|_| ());
         }
         let mut at = 0;
-        for (_, addr, len) in parts.filter(|p| p.2 > 0) {
-            // SAFETY: inline data is read from the caller's buffers now, as
-            // the verbs contract says; no lkey applies. `out` holds `total`.
-            let src = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-            out[at..at + len].copy_from_slice(src);
-            at += len;
+        for s in sges {
+            // SAFETY: the caller's buffers, as posting inline data names them.
+            let src = unsafe { inline_bytes(s) };
+            out[at..at + src.len()].copy_from_slice(src);
+            at += src.len();
         }
         Ok(())
     })

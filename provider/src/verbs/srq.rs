@@ -192,21 +192,19 @@ pub(super) unsafe fn recv_list<'a>(
     })
 }
 
-/// Points `bad` at WR `i` of the list `wr` (the first if there are fewer).
+/// Points `bad` at WR `i` of the list `wr`.
 ///
 /// # Safety
-/// As for [`recv_list`]; `bad` is null or the caller's out pointer.
+/// As for [`recv_list`], with at least `i + 1` WRs; `bad` is null or the
+/// caller's out pointer.
 pub(super) unsafe fn report_bad_recv(bad: *mut *mut ibv_recv_wr, wr: *mut ibv_recv_wr, i: usize) {
     let mut at = wr;
     for _ in 0..i {
         // SAFETY: per the function contract.
-        match unsafe { at.as_ref() } {
-            Some(w) if !w.next.is_null() => at = w.next,
-            _ => {
-                at = wr;
-                break;
-            }
-        }
+        at = unsafe { (*at).next };
     }
-    report_bad(bad, &[], 0, at);
+    if !bad.is_null() {
+        // SAFETY: the caller's out pointer.
+        unsafe { *bad = at };
+    }
 }
