@@ -699,6 +699,16 @@ impl Shared {
         }
     }
 
+    /// [`Shared::note_app_cpu`] on every 16th post of a QP (`posts`, its
+    /// count, kept under the posting lock): a thread rarely moves, and a post
+    /// should not pay for the call each time.
+    pub fn note_app_cpu_sometimes(&self, posts: &mut u32) {
+        *posts = posts.wrapping_add(1);
+        if *posts % 16 == 1 {
+            self.note_app_cpu();
+        }
+    }
+
     /// Stops the media worker (at context close), after its current job.
     pub fn stop_media(&self) {
         let w = self.media.lock().unwrap_or_else(|e| e.into_inner()).take();

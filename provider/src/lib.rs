@@ -9,6 +9,7 @@
 mod cm;
 pub mod context;
 pub mod cq;
+pub mod crc;
 pub mod device;
 pub mod devinfo;
 pub mod dv;

@@ -122,8 +122,8 @@ impl Qp {
         let Some(op) = tx::data_op(&wqe) else {
             return false;
         };
-        self.sh.note_app_cpu();
-        let _posting = self.sq_post.lock();
+        let mut posts = self.sq_post.lock();
+        self.sh.note_app_cpu_sometimes(&mut posts);
         if self.state() != IBV_QPS_RTS {
             return false;
         }

@@ -63,8 +63,9 @@ pub struct QpCore {
     pub sq_sig_all: bool,
     pub sq: Ring,
     pub rq: Option<Ring>,
-    /// Serialises the producers of `sq` (and a reset emptying it).
-    pub sq_post: parking_lot::Mutex<()>,
+    /// Serialises the producers of `sq` (and a reset emptying it); holds
+    /// the count of posts (see [`Shared::note_app_cpu_sometimes`]).
+    pub sq_post: parking_lot::Mutex<u32>,
     /// Serialises the producers of `rq` (and those emptying it).
     pub rq_post: parking_lot::Mutex<()>,
     /// `enum ibv_qp_state`, mirrored for lock-free checks on the posting path.
@@ -122,7 +123,7 @@ impl QpCore {
             sq_sig_all,
             sq,
             rq,
-            sq_post: parking_lot::Mutex::new(()),
+            sq_post: parking_lot::Mutex::new(0),
             rq_post: parking_lot::Mutex::new(()),
             // A new QP is idle, as on iWARP RNICs, whose idle state the
             // verbs call INIT (siw's query reports a new QP so, and
@@ -155,9 +156,9 @@ impl QpCore {
         wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
         need_room: usize,
     ) -> Result<(), (usize, i32)> {
-        self.sh.note_app_cpu();
         let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
-        let _guard = self.sq_post.lock();
+        let mut posts = self.sq_post.lock();
+        self.sh.note_app_cpu_sometimes(&mut posts);
         // Posting is allowed from INIT on; the WQEs wait for the connection (IB
         // verbs 11.4.1.1). Checked under the lock: a reset sets RESET before it
         // empties the ring under it, so nothing posted here outlives the reset.

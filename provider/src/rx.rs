@@ -13,6 +13,7 @@ use crate::ibv;
 use crate::mem::AccessError;
 use crate::qpcore::QpCore;
 use crate::queue::{sge_spans, RecvJob};
+use crate::sock;
 use crate::tx::{Inbound, Outstanding, TxCell};
 use crate::wire::mpa;
 
@@ -62,6 +63,7 @@ impl Rx {
             engine: Receiver::new(p),
             ..Default::default()
         };
+        self.engine.use_crc32c(crate::crc::crc32c());
         if let Some(job) = cur {
             self.engine.resume(job);
         }
@@ -102,8 +104,7 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
                 let at = mrs.mem(span.stag, qp.pd, span.to, want, span.need, allowed)?;
                 // SAFETY: `at` is `want` bytes of registered memory, writable as
                 // checked just now; `fd` is the QP's stream.
-                let n =
-                    unsafe { libc::recv(fd, at as *mut libc::c_void, want, libc::MSG_DONTWAIT) };
+                let n = unsafe { sock::recv_raw(fd, at, want, libc::MSG_DONTWAIT) };
                 if n > 0 {
                     // SAFETY: recv wrote these `n` bytes; the MR stays registered
                     // while the read lock is held.
@@ -143,14 +144,8 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
         let room = hint.map_or(spare.len(), |h| h.min(spare.len()));
         // SAFETY: recv writes at most `room` bytes into the spare capacity of `buf`;
         // `fd` is the QP's stream, open while the QP lives.
-        let n = unsafe {
-            libc::recv(
-                fd,
-                spare.as_mut_ptr() as *mut libc::c_void,
-                room,
-                libc::MSG_DONTWAIT,
-            )
-        };
+        let n =
+            unsafe { sock::recv_raw(fd, spare.as_mut_ptr() as *mut u8, room, libc::MSG_DONTWAIT) };
         if n <= 0 {
             match stream_end(qp, &mut rx, fd, n) {
                 Some(r) => return r,

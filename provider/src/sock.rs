@@ -26,6 +26,37 @@ pub const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
 /// Then, optionally, the connection attempt's stamp (older xiw sent none: 0).
 pub const PD_STAMP_LEN: usize = 8;
 
+/// `send(2)` on the data path, made as the bare system call. libc's
+/// wrapper is a thread cancellation point: a program cancelling a thread
+/// inside `ibv_post_send` would leave the QP's locks held. The bare call is
+/// no cancellation point, and costs less. Arguments and result as `send(2)`.
+///
+/// # Safety
+/// `buf` must be `len` readable bytes.
+pub unsafe fn send_raw(fd: RawFd, buf: *const u8, len: usize, flags: i32) -> isize {
+    // SAFETY: as the caller promised; the two trailing zeros are sendto's
+    // empty destination, which makes it send(2).
+    unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, 0usize, 0usize) as isize }
+}
+
+/// `sendmsg(2)` as [`send_raw`] makes `send(2)`.
+///
+/// # Safety
+/// `msg` must describe readable memory.
+pub unsafe fn sendmsg_raw(fd: RawFd, msg: *const libc::msghdr, flags: i32) -> isize {
+    // SAFETY: as the caller promised.
+    unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as isize }
+}
+
+/// `recv(2)` as [`send_raw`] makes `send(2)`.
+///
+/// # Safety
+/// `buf` must be `len` writable bytes.
+pub unsafe fn recv_raw(fd: RawFd, buf: *mut u8, len: usize, flags: i32) -> isize {
+    // SAFETY: as the caller promised; no source address is asked for.
+    unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, 0usize, 0usize) as isize }
+}
+
 /// A listening socket on the device address; returns it and its port.
 pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
     let s = socket_for(addr)?;

@@ -16,6 +16,7 @@ use xiw_engine::send::{self, AtomicOp, Completion, Piece, Sender, Span, Wr, WrCl
 use crate::mem::{self, AccessError, NEED_NONE};
 use crate::qpcore::{QpCore, SgeList};
 use crate::queue::{sge_spans, sges_of, MAX_SGE};
+use crate::sock;
 use crate::wire::{atomic, commit, rdmap};
 pub use xiw_engine::fault::Fail;
 
@@ -53,9 +54,11 @@ pub struct Tx {
 
 impl Tx {
     pub fn new(entries: u32) -> Tx {
+        let mut engine = Sender::default();
+        engine.use_crc32c(crate::crc::crc32c());
         Tx {
             fd: None,
-            engine: Sender::default(),
+            engine,
             next: 0,
             slots: vec![None; entries as usize],
             want_out: false,
@@ -114,9 +117,9 @@ impl Tx {
                 // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
                 // QP's stream, kept open until the QP is dropped.
                 unsafe {
-                    libc::send(
+                    sock::send_raw(
                         fd,
-                        out.as_ptr() as *const libc::c_void,
+                        out.as_ptr(),
                         out.len(),
                         libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
                     )
@@ -299,7 +302,7 @@ fn send_pieces(engine: &Sender<Arc<[Sge]>, Body>, qp: &QpCore, fd: i32) -> Resul
         // SAFETY: every iovec points at initialised bytes: the engine's buffer,
         // or registered memory checked under the read lock held here; `fd` is
         // the QP's stream.
-        Ok(unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
+        Ok(unsafe { sock::sendmsg_raw(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
     })
 }
 

@@ -112,6 +112,7 @@ pub trait Host {
 #[derive(Debug)]
 pub struct Receiver<R> {
     crc: bool,
+    crc32c: mpa::Crc32c,
     /// Responder side: the peer's first FPDU is its ready-to-receive message.
     expect_rtr: bool,
     /// The QP's rights for remote requests.
@@ -170,9 +171,15 @@ pub struct Params {
 }
 
 impl<R> Receiver<R> {
+    /// Computes CRCs with `f` (the driver's choice for its machine).
+    pub fn use_crc32c(&mut self, f: mpa::Crc32c) {
+        self.crc32c = f;
+    }
+
     pub fn new(p: Params) -> Receiver<R> {
         Receiver {
             crc: p.crc,
+            crc32c: mpa::crc32c,
             expect_rtr: p.expect_rtr,
             access: p.access,
             extensions: p.extensions,
@@ -392,7 +399,7 @@ impl<R> Receiver<R> {
         self.after_write = None;
         let mut dhdr = [0u8; ddp::TAGGED_HDR_LEN];
         dhdr.copy_from_slice(&ulpdu[..ddp::TAGGED_HDR_LEN]);
-        let mut crc = self.crc.then(mpa::Crc::new);
+        let mut crc = self.crc.then(|| mpa::Crc::using(self.crc32c));
         if let Some(c) = crc.as_mut() {
             c.update(&prefix[..hdr_end]);
         }
@@ -452,7 +459,7 @@ impl<R> Receiver<R> {
 
     /// One FPDU.
     fn segment<H: Host<Recv = R>>(&mut self, host: &mut H, fpdu: &[u8]) -> Result<(), Fail> {
-        let Ok(ulpdu) = mpa::check_fpdu(fpdu, self.crc) else {
+        let Ok(ulpdu) = mpa::check_fpdu_with(fpdu, self.crc.then_some(self.crc32c)) else {
             return Err(Fail::terminate(Cause::MPA_CRC, None, None, "MPA CRC error"));
         };
         let (hdr, hlen) = match ddp::HeaderRepr::parse(ulpdu) {

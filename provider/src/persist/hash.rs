@@ -53,7 +53,7 @@ pub enum Hasher {
 impl Hasher {
     pub(super) fn new(alg: Hash) -> Hasher {
         match alg {
-            Hash::Crc32c => Hasher::Crc32c(Crc::new()),
+            Hash::Crc32c => Hasher::Crc32c(Crc::using(crate::crc::crc32c())),
             Hash::Sha256 => Hasher::Sha256(Sha256::new()),
         }
     }

@@ -604,27 +604,39 @@ pub(super) unsafe extern "C" fn post_send(
         if !wr.is_null() && unsafe { (*wr).next.is_null() && post_now(&x.qp, &*wr) } {
             return 0;
         }
-        let mut wrs: smallvec::SmallVec<[*mut ibv_send_wr; 8]> = smallvec::SmallVec::new();
-        let mut cur = wr;
-        while !cur.is_null() {
-            wrs.push(cur);
-            // SAFETY: caller's linked list.
-            cur = unsafe { (*cur).next };
-        }
-        // SAFETY: each pointer is a valid WR from the caller's list.
-        let mut it = wrs.iter().map(|&w| unsafe { send_wqe(&x.qp, &*w) });
-        match x.qp.post_send(&mut it) {
-            Ok(()) => 0,
-            Err((i, e)) => {
-                crate::log::debug(
-                    &x.qp.sh.log,
-                    format_args!("qp {}: post_send refused WR {i}: errno {e}", x.qp.qpn),
-                );
-                report_bad(bad, &wrs, i, wr);
-                e
-            }
-        }
+        // SAFETY: the caller's WR list and out pointer.
+        unsafe { post_send_ring(&x.qp, wr, bad) }
     })
+}
+
+/// `ibv_post_send` of a list, or of a request [`post_now`] left: the WQEs go
+/// through the send queue ring. Kept out of line, so that the single small
+/// request's path stays short.
+///
+/// # Safety
+/// `wr` is the caller's WR list, `bad` its out pointer.
+#[inline(never)]
+unsafe fn post_send_ring(qp: &Qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> i32 {
+    let mut wrs: smallvec::SmallVec<[*mut ibv_send_wr; 8]> = smallvec::SmallVec::new();
+    let mut cur = wr;
+    while !cur.is_null() {
+        wrs.push(cur);
+        // SAFETY: caller's linked list.
+        cur = unsafe { (*cur).next };
+    }
+    // SAFETY: each pointer is a valid WR from the caller's list.
+    let mut it = wrs.iter().map(|&w| unsafe { send_wqe(qp, &*w) });
+    match qp.post_send(&mut it) {
+        Ok(()) => 0,
+        Err((i, e)) => {
+            crate::log::debug(
+                &qp.sh.log,
+                format_args!("qp {}: post_send refused WR {i}: errno {e}", qp.qpn),
+            );
+            report_bad(bad, &wrs, i, wr);
+            e
+        }
+    }
 }
 
 pub(super) unsafe extern "C" fn post_recv(

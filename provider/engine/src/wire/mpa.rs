@@ -497,31 +497,53 @@ pub fn peek_fpdu_len(buf: &[u8]) -> Option<usize> {
 
 const CRC32C: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc32Iscsi;
 
+/// A CRC32c routine: the CRC32c of the bytes a finished value `crc` covers
+/// followed by `data` (from `crc` 0, the CRC32c of `data`). A driver may hand
+/// the engine one made for its machine; [`crc32c`] is the portable one.
+pub type Crc32c = fn(crc: u32, data: &[u8]) -> u32;
+
+/// The portable [`Crc32c`] (crc-fast: hardware CRC or carry-less multiply
+/// where the CPU has them, tables elsewhere).
+pub fn crc32c(crc: u32, data: &[u8]) -> u32 {
+    // The running value is the whole state: from 0 (nothing covered, or
+    // bytes whose CRC happens to be 0) a one-shot CRC continues it, and
+    // that is the cheaper call.
+    if crc == 0 {
+        crc_fast::crc32_iscsi(data)
+    } else {
+        let mut d = crc_fast::Digest::new_with_init_state(CRC32C, u64::from(!crc));
+        d.update(data);
+        d.finalize() as u32
+    }
+}
+
 /// Streaming CRC32c (Castagnoli) over ULPDU_Length, ULPDU and pad
 /// (RFC 5044, CRC calculation), so that a header and a payload that live in
 /// different buffers can be covered without copying.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Crc {
     value: u32,
+    f: Crc32c,
+}
+
+impl Default for Crc {
+    fn default() -> Crc {
+        Crc::new()
+    }
 }
 
 impl Crc {
     pub const fn new() -> Crc {
-        Crc { value: 0 }
+        Crc::using(crc32c)
+    }
+
+    /// A CRC computed by `f`.
+    pub const fn using(f: Crc32c) -> Crc {
+        Crc { value: 0, f }
     }
 
     pub fn update(&mut self, data: &[u8]) {
-        // The running value is the whole state: from 0 (nothing covered, or
-        // bytes whose CRC happens to be 0) a one-shot CRC continues it, and
-        // that is the cheaper call for the short FPDUs most traffic is.
-        self.value = if self.value == 0 {
-            crc_fast::crc32_iscsi(data)
-        } else {
-            let state = u64::from(!self.value);
-            let mut d = crc_fast::Digest::new_with_init_state(CRC32C, state);
-            d.update(data);
-            d.finalize() as u32
-        };
+        self.value = (self.f)(self.value, data);
     }
 
     /// The CRC as a number (the usual CRC32c value, with its final
@@ -545,6 +567,11 @@ impl Crc {
 /// ignore them (they are still covered by the CRC). Without CRC the trailer
 /// is ignored whatever it holds.
 pub fn check_fpdu(fpdu: &[u8], crc_enabled: bool) -> Result<&[u8]> {
+    check_fpdu_with(fpdu, crc_enabled.then_some(crc32c as Crc32c))
+}
+
+/// [`check_fpdu`], with the CRC (if any) computed by `crc`.
+pub fn check_fpdu_with(fpdu: &[u8], crc: Option<Crc32c>) -> Result<&[u8]> {
     let total = peek_fpdu_len(fpdu).ok_or(Error::Truncated)?;
     if fpdu.len() < total {
         return Err(Error::Truncated);
@@ -554,10 +581,8 @@ pub fn check_fpdu(fpdu: &[u8], crc_enabled: bool) -> Result<&[u8]> {
     }
     let ulpdu_len = usize::from(u16::from_be_bytes([fpdu[0], fpdu[1]]));
     let (covered, trailer) = fpdu.split_at(total - CRC_LEN);
-    if crc_enabled {
-        let mut crc = Crc::new();
-        crc.update(covered);
-        if crc.finish() != trailer {
+    if let Some(f) = crc {
+        if f(0, covered).to_le_bytes() != trailer {
             return Err(Error::BadCrc);
         }
     }
