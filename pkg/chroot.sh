@@ -28,7 +28,7 @@ if ! command -v debootstrap >/dev/null 2>&1; then
 fi
 rm -rf "$root"
 mkdir -p "$base"
-pkgs=libibverbs1,ibverbs-utils,perftest,rdma-core,iproute2,procps
+pkgs=libibverbs1,ibverbs-utils,perftest,rdma-core,iproute2,procps,python3-pyverbs
 echo "xiw: making a $suite chroot in $root (debootstrap, $pkgs)" >&2
 debootstrap --variant=minbase --include="$pkgs" "$suite" "$root" >&2
 touch "$root/.xiw-ready"

@@ -6,9 +6,10 @@
 XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libibverbs-dev librdmacm-dev)
 # Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc.
 # (procps), groff (groff-base) to check the xiwdv(3) man page, rdma-core's own
-# test suite (python3-pyverbs). The xiwdv example is built with gcc and
-# pkg-config, above.
-XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base python3-pyverbs)
+# test suite (python3-pyverbs), debootstrap for the chroots of other Debian
+# releases whose rdma-core the provider is tested against (pkg/chroot.sh).
+# The xiwdv example is built with gcc and pkg-config, above.
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base python3-pyverbs debootstrap)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;
 # touches apt not at all when everything is present.

@@ -32,6 +32,10 @@ cargo build --release --workspace --all-targets
 echo "== install the provider" >&2
 bash "$repo/pkg/install.sh"
 
+# Debian 13's rdma-core, for tests/tests/rdma_core.rs (made once, then kept).
+echo "== chroot of Debian 13 (trixie) with its rdma-core" >&2
+bash "$repo/pkg/chroot.sh" trixie >/dev/null
+
 log=$(mktemp /tmp/xiw-tests.XXXXXX.log)
 echo "== test (log: $log)" >&2
 # One test at a time: the whole-program tests load both cores and must not

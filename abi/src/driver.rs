@@ -1,8 +1,13 @@
-//! The private provider ABI of rdma-core 44 (`IBVERBS_PRIVATE_34`).
+//! The private provider ABI of rdma-core (`IBVERBS_PRIVATE_34`), as rdma-core
+//! 44 (Debian 12) and 56 (Debian 13) lay it out.
 //!
 //! `infiniband/driver.h` is internal to rdma-core and not installed, so these
 //! structures are mirrored by hand from rdma-core v44.0. Sizes and offsets are
-//! asserted at compile time; a mismatch breaks the build, not a program.
+//! asserted at compile time; a mismatch breaks the build, not a program. The
+//! one difference between the two releases a provider meets is in
+//! `verbs_qp`: rdma-core 45 appended `wr_flush` to `ibv_qp_ex`, which moves
+//! the fields behind it; [`Layout`] says where they are, and `verbs_qp`
+//! leaves room for both.
 
 #![allow(non_camel_case_types)]
 
@@ -13,9 +18,84 @@ use core::mem::{offset_of, size_of};
 /// The private ABI number this layout belongs to (`verbs_register_driver_34`).
 pub const PRIVATE_ABI: u32 = 34;
 
-/// rdma-core versions whose private ABI 34 layout matches this file exactly.
-/// v34..v56 share the number, but only the ones checked here are accepted.
-pub const KNOWN_RDMA_CORE: &[&str] = &["44.0"];
+/// What differs between the rdma-core releases whose private ABI 34 this
+/// file mirrors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The release series (`44` for 44.0) ...
+    pub major: u32,
+    /// ... and the releases of it that were checked (`None`: every one).
+    pub minor: Option<u32>,
+    /// `ibv_qp_ex` ends with `wr_flush` (rdma-core 45 and later).
+    pub qp_ex_flush: bool,
+    /// Offset of `verbs_qp.comp_mask`.
+    pub qp_comp_mask: usize,
+    /// libibverbs exports `ibv_wr_opcode_str` (rdma-core 49 and later): a
+    /// probe that confirms the release a file name claims.
+    pub has_wr_opcode_str: bool,
+}
+
+/// The rdma-core releases this provider serves. v34..v56 share the private
+/// ABI number, but only the layouts checked here are accepted: 44.0 (Debian
+/// 12) and 56.x (Debian 13; 56.1 to 56.4 have the same driver.h and verbs.h).
+pub const LAYOUTS: &[Layout] = &[
+    Layout {
+        major: 44,
+        minor: Some(0),
+        qp_ex_flush: false,
+        qp_comp_mask: 352,
+        has_wr_opcode_str: false,
+    },
+    Layout {
+        major: 56,
+        minor: None,
+        qp_ex_flush: true,
+        qp_comp_mask: 360,
+        has_wr_opcode_str: true,
+    },
+];
+
+impl Layout {
+    /// The layout of release `major.minor`, if it is one of [`LAYOUTS`].
+    pub fn of(major: u32, minor: u32) -> Option<&'static Layout> {
+        LAYOUTS
+            .iter()
+            .find(|l| l.major == major && l.minor.is_none_or(|m| m == minor))
+    }
+
+    /// The releases served, for messages: "44.0, 56.x".
+    pub fn known() -> String {
+        LAYOUTS
+            .iter()
+            .map(|l| match l.minor {
+                Some(m) => format!("{}.{m}", l.major),
+                None => format!("{}.x", l.major),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Fills in the part of a `verbs_qp` after the `ibv_qp_ex` of rdma-core
+    /// 44: `wr_flush` where this release has it, and `comp_mask`.
+    pub fn set_qp_tail(&self, q: &mut verbs_qp, comp_mask: u32, wr_flush: Option<WrFlush>) {
+        let tail = &mut q.tail;
+        if self.qp_ex_flush {
+            let f = wr_flush.map_or(0, |f| f as usize);
+            tail[..size_of::<usize>()].copy_from_slice(&f.to_ne_bytes());
+        }
+        let at = self.qp_comp_mask - size_of::<ibv_qp_ex>();
+        tail[at..at + 4].copy_from_slice(&comp_mask.to_ne_bytes());
+    }
+
+    /// `verbs_qp.comp_mask` as this release places it.
+    pub fn qp_comp_mask_of(&self, q: &verbs_qp) -> u32 {
+        let at = self.qp_comp_mask - size_of::<ibv_qp_ex>();
+        u32::from_ne_bytes(q.tail[at..at + 4].try_into().expect("4 bytes"))
+    }
+}
+
+/// `ibv_qp_ex.wr_flush` (rdma-core 45 and later).
+pub type WrFlush = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
 
 pub const VERBS_MATCH_SENTINEL: u8 = 0;
 pub const VERBS_MATCH_PCI: u8 = 1;
@@ -125,11 +205,13 @@ pub union verbs_qp_u {
     pub qp_ex: core::mem::ManuallyDrop<ibv_qp_ex>,
 }
 
+/// `struct verbs_qp`: the `ibv_qp_ex` of rdma-core 44, then room for what
+/// follows it in any release of [`LAYOUTS`] (`wr_flush`, `comp_mask`,
+/// `xrcd`), written through [`Layout::set_qp_tail`].
 #[repr(C)]
 pub struct verbs_qp {
     pub u: verbs_qp_u,
-    pub comp_mask: u32,
-    pub xrcd: *mut verbs_xrcd,
+    pub tail: [u8; 32],
 }
 
 #[repr(C)]
@@ -315,11 +397,54 @@ const _: () = {
     assert!(size_of::<ibv_qp>() == 160);
     assert!(size_of::<ibv_qp_ex>() == 352);
     assert!(offset_of!(ibv_qp_ex, wr_atomic_write) == 344);
-    assert!(offset_of!(verbs_qp, comp_mask) == 352);
-    assert!(size_of::<verbs_qp>() == 368);
+    assert!(offset_of!(verbs_qp, tail) == 352);
+    // Every layout's comp_mask and xrcd pointer (8-aligned after it) fit.
+    let mut i = 0;
+    while i < LAYOUTS.len() {
+        let l = &LAYOUTS[i];
+        assert!(l.qp_comp_mask >= 352 + if l.qp_ex_flush { 8 } else { 0 });
+        assert!((l.qp_comp_mask + 4).next_multiple_of(8) + 8 <= size_of::<verbs_qp>());
+        i += 1;
+    }
     assert!(size_of::<ibv_cq>() == 128);
     assert!(size_of::<ibv_cq_ex>() == 288);
     assert!(size_of::<verbs_cq>() == 288);
     assert!(offset_of!(verbs_mr, mr_type) == size_of::<ibv_mr>());
     assert!(size_of::<verbs_sysfs_dev>() == 992);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn flush_stub(_: *mut ibv_qp_ex, _: u32, _: u64, _: usize, _: u8, _: u8) {}
+
+    /// rdma-core 44 reads `comp_mask` right after its `ibv_qp_ex`; 56 reads
+    /// `wr_flush` there and `comp_mask` 8 bytes on.
+    #[test]
+    fn the_qp_tail_is_laid_out_per_release() {
+        let l44 = Layout::of(44, 0).expect("44.0");
+        let l56 = Layout::of(56, 1).expect("56.1");
+        assert_eq!(Layout::of(56, 4), Some(l56));
+        assert_eq!(Layout::of(44, 1), None);
+        assert_eq!(Layout::of(57, 0), None);
+        assert_eq!(Layout::known(), "44.0, 56.x");
+        // SAFETY: plain data; all-zero is valid.
+        let mut q: verbs_qp = unsafe { core::mem::zeroed() };
+        l44.set_qp_tail(&mut q, VERBS_QP_EX, Some(flush_stub));
+        assert_eq!(q.tail[..4], VERBS_QP_EX.to_ne_bytes());
+        assert!(q.tail[4..].iter().all(|&b| b == 0), "44 has no wr_flush");
+        assert_eq!(l44.qp_comp_mask_of(&q), VERBS_QP_EX);
+        // SAFETY: as above.
+        let mut q: verbs_qp = unsafe { core::mem::zeroed() };
+        l56.set_qp_tail(&mut q, VERBS_QP_EX, Some(flush_stub));
+        let f = flush_stub as WrFlush as usize;
+        assert_eq!(q.tail[..8], f.to_ne_bytes());
+        assert_eq!(q.tail[8..12], VERBS_QP_EX.to_ne_bytes());
+        assert_eq!(l56.qp_comp_mask_of(&q), VERBS_QP_EX);
+        // SAFETY: as above.
+        let mut q: verbs_qp = unsafe { core::mem::zeroed() };
+        l56.set_qp_tail(&mut q, VERBS_QP_EX, None);
+        assert!(q.tail[..8].iter().all(|&b| b == 0), "no flush: NULL");
+    }
+}

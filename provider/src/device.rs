@@ -5,7 +5,7 @@ use std::os::fd::IntoRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use xiw_abi::driver::*;
 use xiw_abi::verbs::*;
@@ -63,19 +63,53 @@ pub fn device_ops() -> *const verbs_device_ops {
 static INIT: extern "C" fn() = register;
 
 extern "C" fn register() {
-    let _ = catch_unwind(|| {
-        match rdma_core_version() {
-        Some(v) if KNOWN_RDMA_CORE.contains(&v.as_str()) => {
+    let _ = catch_unwind(|| match detect() {
+        Ok(l) => {
+            let _ = LAYOUT.set(l);
             // SAFETY: DEVICE_OPS is a static that lives as long as the library.
             unsafe { verbs_register_driver_34(&DEVICE_OPS) }
         }
-        Some(v) => eprintln!(
-            "xiw: not registering: built for rdma-core {} (private ABI {PRIVATE_ABI}), running with rdma-core {v}",
-            KNOWN_RDMA_CORE.join(", ")
-        ),
-        None => eprintln!("xiw: not registering: cannot tell which rdma-core version loaded this provider"),
-    }
+        Err(why) => eprintln!("xiw: not registering: {why}"),
     });
+}
+
+/// The layout of the rdma-core this process runs, found at registration.
+static LAYOUT: OnceLock<&'static Layout> = OnceLock::new();
+
+/// The private ABI layout in use (rdma-core 44's before registration).
+pub fn layout() -> &'static Layout {
+    LAYOUT.get().copied().unwrap_or(&LAYOUTS[0])
+}
+
+/// Which of [`LAYOUTS`] the loaded libibverbs has: the release its file
+/// name carries, confirmed by a symbol that only some releases export.
+fn detect() -> Result<&'static Layout, String> {
+    let v =
+        rdma_core_version().ok_or("cannot tell which rdma-core version loaded this provider")?;
+    let (major, minor) = v
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .ok_or_else(|| format!("cannot read the rdma-core version {v:?}"))?;
+    let l = Layout::of(major, minor).ok_or_else(|| {
+        format!(
+            "running with rdma-core {v}; this provider serves rdma-core {} (private ABI {PRIVATE_ABI})",
+            Layout::known()
+        )
+    })?;
+    // SAFETY: looking a versioned symbol up among those already loaded.
+    let probe = unsafe {
+        libc::dlvsym(
+            libc::RTLD_DEFAULT,
+            c"ibv_wr_opcode_str".as_ptr(),
+            c"IBVERBS_PRIVATE_34".as_ptr(),
+        )
+    };
+    if probe.is_null() == l.has_wr_opcode_str {
+        return Err(format!(
+            "libibverbs is named as rdma-core {v}, but its symbols are not that release's"
+        ));
+    }
+    Ok(l)
 }
 
 /// The rdma-core version of the libibverbs in this process, from its file name

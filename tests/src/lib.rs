@@ -5,3 +5,4 @@
 pub mod check;
 pub mod harness;
 pub mod ibv;
+pub mod pyverbs;

@@ -1,0 +1,122 @@
+//! rdma-core's own test suite (python3-pyverbs) as xiw's tests run it: the
+//! tests that may fail on xiw in standalone mode, each with its reason, and
+//! the parser of unittest's verbose output.
+
+/// Tests that may fail or error on xiw in standalone mode (by name, as
+/// unittest prints it), with the reason the README gives.
+pub const MAY_FAIL: &[(&str, &str)] = &[
+    (
+        "test_cq_events_rc",
+        "completion channels need the kernel module",
+    ),
+    (
+        "test_cq_events_ud",
+        "completion channels need the kernel module",
+    ),
+    (
+        "test_qp_ex_rc_rdma_write",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_mr_rereg_access_bad_flow",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_mr_rereg_access",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_qp_ex_rc_flush",
+        "checks the responder's memory when the writer's Write completes (rdma-core 45 and later)",
+    ),
+    (
+        "test_qp_ex_rc_flush_type_violate",
+        "checks the responder's memory when the writer's Write completes (rdma-core 45 and later)",
+    ),
+    (
+        "test_mr_rereg_pd",
+        "expects a receive that fails its local checks as IB's remote operation error at the requester",
+    ),
+    (
+        "test_mr_rereg_addr",
+        "expects a receive that fails its local checks as IB's remote operation error at the requester",
+    ),
+];
+
+/// What a run of the suite came to.
+#[derive(Default, Debug)]
+pub struct Counts {
+    pub ok: usize,
+    pub skipped: usize,
+    /// Tests that failed or erred.
+    pub failed: Vec<String>,
+}
+
+/// unittest's verbose lines: `name (module.Class.name) ... ok` (or, with a
+/// docstring, the name on one line and `doc ... ok` on the next).
+pub fn parse(out: &str) -> Counts {
+    let mut c = Counts::default();
+    let mut last_name = String::new();
+    for line in out.lines() {
+        if let Some(name) = line
+            .split(" (tests.")
+            .next()
+            .filter(|n| n.starts_with("test") && !n.contains(' ') && line.contains(" (tests."))
+        {
+            last_name = name.to_string();
+        }
+        let Some((_, verdict)) = line.rsplit_once(" ... ") else {
+            continue;
+        };
+        if verdict == "ok" {
+            c.ok += 1;
+        } else if verdict.starts_with("skipped") || verdict.starts_with("expected failure") {
+            c.skipped += 1;
+        } else if verdict == "FAIL" || verdict == "ERROR" {
+            c.failed.push(last_name.clone());
+        }
+    }
+    c
+}
+
+/// Checks a run's output (unittest's stderr): no failure outside
+/// [`MAY_FAIL`], at least `min_ok` tests passed, and the suite ran to its
+/// end. Returns the counts, for printing.
+pub fn judge(text: &str, min_ok: usize) -> Result<Counts, String> {
+    let c = parse(text);
+    let unexpected: Vec<&String> = c
+        .failed
+        .iter()
+        .filter(|n| !MAY_FAIL.iter().any(|(m, _)| m == n))
+        .collect();
+    if !unexpected.is_empty() {
+        return Err(format!("tests failed that must pass: {unexpected:?}"));
+    }
+    if c.ok < min_ok {
+        return Err(format!("only {} tests passed, {min_ok} must", c.ok));
+    }
+    if !text.contains("\nRan ") {
+        return Err("the suite did not run to its end".into());
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn parses_verbose_unittest_output() {
+        let out = "\
+test_a (tests.test_x.X.test_a) ... ok
+test_b (tests.test_x.X.test_b)
+Some docstring. ... FAIL
+test_c (tests.test_x.X.test_c) ... skipped 'no'
+test_d (tests.test_x.X.test_d) ... ERROR
+";
+        let c = parse(out);
+        assert_eq!(c.ok, 1);
+        assert_eq!(c.skipped, 1);
+        assert_eq!(c.failed, vec!["test_b".to_string(), "test_d".to_string()]);
+    }
+}

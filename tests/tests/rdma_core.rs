@@ -1,0 +1,49 @@
+//! xiw under the rdma-core of Debian 13 (56.1): the installed provider in a
+//! trixie chroot made from Debian's archive (`pkg/chroot.sh`), driven by that
+//! release's libibverbs, perftest, ibv_rc_pingpong and its own test suite
+//! (`tests/rdma-core.sh`). The suite must pass but for the same tests as
+//! rdma-core 44.0's (`xiw_tests::pyverbs::MAY_FAIL`).
+//!
+//! By hand (after a release build and `pkg/install.sh`):
+//! `bash tests/rdma-core.sh trixie 56.1 --pyverbs /tmp/pyverbs.txt`.
+
+use std::path::Path;
+use std::process::Command;
+
+use xiw_tests::harness::serial;
+use xiw_tests::pyverbs::judge;
+
+/// Fewest of rdma-core 56.1's tests that must pass.
+const MIN_OK_56: usize = 48;
+
+#[test]
+fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
+    let _g = serial();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out_file = std::env::temp_dir().join(format!("xiw-pyverbs-56-{}.txt", std::process::id()));
+    let out = Command::new("bash")
+        .arg(repo.join("tests/rdma-core.sh"))
+        .args(["trixie", "56.1", "--pyverbs"])
+        .arg(&out_file)
+        .output()
+        .expect("running tests/rdma-core.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success(),
+        "tests/rdma-core.sh trixie failed:\n{stdout}\n{stderr}"
+    );
+    let text = std::fs::read_to_string(&out_file).expect("the suite's output");
+    let _ = std::fs::remove_file(&out_file);
+    match judge(&text, MIN_OK_56) {
+        Ok(c) => eprintln!(
+            "pyverbs (rdma-core 56.1 tests): {} ok, {} skipped, {} failed or errors {:?}",
+            c.ok,
+            c.skipped,
+            c.failed.len(),
+            c.failed
+        ),
+        Err(e) => panic!("{e}\n{text}"),
+    }
+}
