@@ -337,7 +337,7 @@ pub struct verbs_context_ops {
     pub rereg_mr: Option<
         unsafe extern "C" fn(*mut verbs_mr, c_int, *mut ibv_pd, *mut c_void, usize, c_int) -> c_int,
     >,
-    pub resize_cq: Op,
+    pub resize_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
     pub set_ece: Op,
     pub unimport_dm: Op,
     pub unimport_mr: Op,

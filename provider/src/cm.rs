@@ -175,10 +175,15 @@ impl Cm {
                 qp.qpn, self.phase, req.initiator_qpn, req.stamp
             ),
         );
+        // A QP in error (Closed) may be about to go through RESET to RTR
+        // again, for a new connection with the same peer: its Request is
+        // held, as for a QP not at RTR yet, and answered if the QP gets
+        // there (see `Cm::reset`); the initiator's connect deadline bounds
+        // the wait.
         let open = match self.phase {
-            Phase::Idle | Phase::AwaitRequest => true,
+            Phase::Idle | Phase::AwaitRequest | Phase::Closed => true,
             Phase::Established => self.tentative(qp),
-            _ => false,
+            Phase::Connecting | Phase::AwaitReply => false,
         };
         if !open {
             refuse(qp, fd);
@@ -208,7 +213,7 @@ impl Cm {
             req,
             from,
         });
-        if self.phase == Phase::Idle {
+        if self.phase == Phase::Idle || self.phase == Phase::Closed {
             return Ok(());
         }
         self.answer_newest(qp)
@@ -562,7 +567,15 @@ impl Cm {
 
     /// Back to RESET: forget the stream and the peer (the listener and QPN stay).
     pub fn reset(&mut self, sh: &Shared) {
+        // Requests held since the QP's stream closed are for its next
+        // connection, not the one that ended: they stay.
+        let later = if self.phase == Phase::Closed {
+            std::mem::take(&mut self.held)
+        } else {
+            Vec::new()
+        };
         self.close(sh);
+        self.held = later;
         self.phase = Phase::Idle;
         self.peer = None;
         self.stamp = 0;

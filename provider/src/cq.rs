@@ -1,6 +1,6 @@
 //! Completion queues: a ring of [`Cqe`] filled by the engine, drained by `poll_cq`.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use parking_lot::lock_api::RawMutex as _;
@@ -9,6 +9,8 @@ use xiw_abi::ring::*;
 
 use crate::queue::Ring;
 
+const CQE_SIZE: u32 = std::mem::size_of::<Cqe>() as u32;
+
 /// A QP whose data-path work a thread polling this CQ may do (see [`Cq::assist`]).
 pub trait Assist: Send + Sync {
     fn assist(&self);
@@ -16,7 +18,15 @@ pub trait Assist: Send + Sync {
 
 pub struct Cq {
     pub id: u32,
-    pub ring: Ring,
+    /// The ring in use, one of `rings`.
+    ring: AtomicPtr<Ring>,
+    /// Every ring this CQ had: [`Cq::resize`] replaces the one in use but
+    /// keeps the old one until the CQ goes, so that a reference taken
+    /// before stays good (only the producer and consumer, which the resize
+    /// locks out, touch the entries).
+    /// Boxed: `ring` points into them, and the vector may move its items.
+    #[allow(clippy::vec_box)]
+    rings: Mutex<Vec<Box<Ring>>>,
     produce: parking_lot::Mutex<()>,
     consume: parking_lot::Mutex<()>,
     /// Set when a completion could not be stored; the CQ is then in error.
@@ -28,9 +38,11 @@ pub struct Cq {
 
 impl Cq {
     pub fn new(id: u32, cqe: u32) -> std::io::Result<Cq> {
+        let mut ring = Box::new(Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, id)?);
         Ok(Cq {
             id,
-            ring: Ring::new(RING_KIND_CQ, cqe + 1, std::mem::size_of::<Cqe>() as u32, id)?,
+            ring: AtomicPtr::new(&mut *ring),
+            rings: Mutex::new(vec![ring]),
             produce: parking_lot::Mutex::new(()),
             consume: parking_lot::Mutex::new(()),
             overflowed: AtomicBool::new(false),
@@ -39,40 +51,93 @@ impl Cq {
         })
     }
 
+    /// The ring in use.
+    pub fn ring(&self) -> &Ring {
+        // SAFETY: the pointer is to a ring in `rings`, boxed and kept until
+        // the CQ is dropped.
+        unsafe { &*self.ring.load(Ordering::Acquire) }
+    }
+
     /// Capacity reported to the application.
     pub fn capacity(&self) -> u32 {
-        self.ring.entries - 1
+        self.ring().entries - 1
+    }
+
+    /// `ibv_resize_cq`: a ring for at least `cqe` completions takes the
+    /// place of the one in use, with the completions not yet polled (in
+    /// order) and the arm word. EINVAL if fewer than those would fit; ENOMEM
+    /// if the ring cannot be had. The producers and consumers wait meanwhile.
+    pub fn resize(&self, cqe: u32) -> Result<(), i32> {
+        let _c = self.consume.lock();
+        let _p = self.produce.lock();
+        let old = self.ring();
+        let used = old.used();
+        if cqe < used {
+            return Err(libc::EINVAL);
+        }
+        let mut new = Box::new(
+            Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, self.id)
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
+        );
+        let c = old.consumer();
+        for i in 0..used {
+            // SAFETY: slots in [consumer, producer) of the old ring are
+            // published, and both locks are held; the new ring is empty and
+            // its first `used` slots fit (cqe >= used).
+            unsafe {
+                let cqe: Cqe = old.read(c.wrapping_add(i), 0);
+                new.write(i, 0, cqe);
+            }
+        }
+        new.publish(used);
+        let arm = old.header().arm.load(Ordering::Acquire);
+        new.header().arm.store(arm, Ordering::Release);
+        self.ring.store(&mut *new, Ordering::Release);
+        self.rings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(new);
+        Ok(())
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): `arm` is `CQ_ARM_NEXT` or
+    /// `CQ_ARM_SOLICITED`. Under the producer lock, so no resize loses it.
+    pub fn arm(&self, arm: u32) {
+        let _g = self.produce.lock();
+        self.ring().header().arm.store(arm, Ordering::Release);
     }
 
     /// Stores one completion; false if the CQ is full (an overrun).
     pub fn push(&self, cqe: Cqe) -> bool {
         let _g = self.produce.lock();
-        let p = self.ring.producer();
-        if p.wrapping_sub(self.ring.consumer()) >= self.capacity() {
+        let ring = self.ring();
+        let p = ring.producer();
+        if p.wrapping_sub(ring.consumer()) >= ring.entries - 1 {
             self.overflowed.store(true, Ordering::Release);
             return false;
         }
         // SAFETY: slot `p` is free (fewer than `entries` in use) and only producers,
         // serialised by `produce`, write it.
-        unsafe { self.ring.write(p, 0, cqe) };
-        self.ring.publish(p.wrapping_add(1));
+        unsafe { ring.write(p, 0, cqe) };
+        ring.publish(p.wrapping_add(1));
         true
     }
 
     /// Takes up to `max` completions, handing each to `f`.
     pub fn poll(&self, max: usize, mut f: impl FnMut(usize, &Cqe)) -> usize {
         let _g = self.consume.lock();
-        let c = self.ring.consumer();
-        let avail = self.ring.producer().wrapping_sub(c) as usize;
+        let ring = self.ring();
+        let c = ring.consumer();
+        let avail = ring.producer().wrapping_sub(c) as usize;
         let n = avail.min(max);
         for i in 0..n {
             // SAFETY: slots in [consumer, producer) are published and owned by consumers,
             // serialised by `consume`.
-            let cqe: Cqe = unsafe { self.ring.read(c.wrapping_add(i as u32), 0) };
+            let cqe: Cqe = unsafe { ring.read(c.wrapping_add(i as u32), 0) };
             f(i, &cqe);
         }
         if n > 0 {
-            self.ring.release(c.wrapping_add(n as u32));
+            ring.release(c.wrapping_add(n as u32));
         }
         n
     }
@@ -93,17 +158,19 @@ impl Cq {
 
     /// With the consumer lock held: the completion at the consumer index, if any.
     pub fn head(&self) -> Option<Cqe> {
-        let c = self.ring.consumer();
-        if self.ring.producer() == c {
+        let ring = self.ring();
+        let c = ring.consumer();
+        if ring.producer() == c {
             return None;
         }
         // SAFETY: the slot is published and the caller holds the consumer lock.
-        Some(unsafe { self.ring.read(c, 0) })
+        Some(unsafe { ring.read(c, 0) })
     }
 
     /// With the consumer lock held: consumes the completion at the consumer index.
     pub fn advance(&self) {
-        self.ring.release(self.ring.consumer().wrapping_add(1));
+        let ring = self.ring();
+        ring.release(ring.consumer().wrapping_add(1));
     }
 
     pub fn attach<A: Assist + 'static>(&self, qp: &Arc<A>) {
@@ -131,6 +198,6 @@ impl Cq {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ring.used() == 0
+        self.ring().used() == 0
     }
 }

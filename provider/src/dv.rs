@@ -13,14 +13,8 @@ use xiw_abi::verbs::*;
 
 use crate::persist::Hash;
 use crate::tx;
-use crate::verbs::{begin_dv, fail_batch, guard, set_errno, shared};
-use crate::wire::commit;
+use crate::verbs::{begin_dv, fail_batch, flush_flags, guard, set_errno, shared};
 
-/// `enum xiwdv_placement_type`.
-const PLACEMENT_GLOBAL: u8 = 1 << 0;
-const PLACEMENT_PERSISTENT: u8 = 1 << 1;
-/// `enum xiwdv_selectivity_level`.
-const SELECT_RANGE: u8 = 0;
 /// `enum xiwdv_mr_attr_mask`.
 const MR_ATTR_VERIFY_HASH: u64 = 1 << 0;
 /// `enum xiwdv_device_caps`.
@@ -227,30 +221,17 @@ pub unsafe extern "C" fn xiwdv_wr_flush(
     level: u8,
 ) {
     guard((), || {
-        let checked = if level != SELECT_RANGE {
-            // The draft's Flush Request names a range; a whole-MR flush has no wire form.
-            Err("only XIWDV_FLUSH_RANGE exists on the wire")
-        } else if kind == 0 || kind & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
-            Err("type must be XIWDV_FLUSH_GLOBAL and/or XIWDV_FLUSH_PERSISTENT")
-        } else if u32::try_from(len).is_err() {
-            Err("length does not fit the 32-bit Data Sink Length")
-        } else {
-            Ok(())
+        let (checked, flags) = match flush_flags(len, kind, level) {
+            Ok(f) => (Ok(()), f),
+            Err(why) => (Err(why), 0),
         };
-        let mut flags = 0u32;
-        if kind & PLACEMENT_PERSISTENT != 0 {
-            flags |= commit::FLUSH_PERSISTENCE;
-        }
-        if kind & PLACEMENT_GLOBAL != 0 {
-            flags |= commit::FLUSH_GLOBAL_VISIBILITY;
-        }
         // SAFETY: as the caller promises.
         unsafe {
             start(q, "xiwdv_wr_flush", op::FLUSH, checked, |w| {
                 w.rkey = rkey;
                 w.remote_addr = addr;
                 w.imm_or_inv = len as u32;
-                w.op_flags = flags as u8;
+                w.op_flags = flags;
             })
         }
     })

@@ -73,6 +73,7 @@ extern "C" {
         comp_vector: c_int,
     ) -> *mut ibv_cq;
     fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int;
+    fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int;
     fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp;
     fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int;
     fn ibv_query_qp(
@@ -672,6 +673,21 @@ impl Cq {
 
     pub fn is_ex(&self) -> bool {
         matches!(self.0.kind, CqKind::Ex(_))
+    }
+
+    /// `ibv_resize_cq`; the error is its return value (an errno).
+    pub fn resize(&self, cqe: i32) -> Result<(), i32> {
+        // SAFETY: a live CQ of ours.
+        match unsafe { ibv_resize_cq(self.as_cq(), cqe) } {
+            0 => Ok(()),
+            e => Err(e),
+        }
+    }
+
+    /// The capacity the CQ reports (`cq->cqe`).
+    pub fn cqe(&self) -> i32 {
+        // SAFETY: a live CQ of ours.
+        unsafe { (*self.as_cq()).cqe }
     }
 
     fn as_cq(&self) -> *mut ibv_cq {

@@ -189,3 +189,22 @@ fn a_reregistered_mr_is_reached_at_its_new_place_only() {
     let pair = scenario_pair(lo_device(), "rereg", seed(9), &[]);
     check_scenario(&pair, "rereg", "rereg");
 }
+
+#[test]
+fn a_resized_cq_keeps_its_completions_in_order() {
+    // ibv_resize_cq with completions waiting: refused below them, kept in
+    // order when grown, and the grown CQ holds more than the old one could.
+    let _g = serial();
+    let pair = scenario_pair(lo_device(), "resize", seed(10), &[]);
+    check_scenario(&pair, "resize", "resize");
+}
+
+#[test]
+fn a_qp_in_error_holds_its_peers_new_connection_until_it_is_reset() {
+    // The side that connects goes back to RTS while its peer is still in
+    // error from the connection before: the peer holds the Request, and the
+    // new connection comes up once it follows.
+    let _g = serial();
+    let pair = scenario_pair(lo_device(), "reconnect", seed(11), &[]);
+    check_scenario(&pair, "reconnect", "reconnect");
+}

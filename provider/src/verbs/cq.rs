@@ -107,6 +107,30 @@ pub(super) unsafe extern "C" fn create_cq_ex(
     })
 }
 
+/// `ibv_resize_cq`: room for at least `cqe` completions, keeping those not
+/// yet polled; `cq->cqe` becomes the new capacity. EINVAL for a size out of
+/// range or below the completions waiting.
+pub(super) unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: i32) -> i32 {
+    guard(libc::EIO, || {
+        if cq.is_null() {
+            return libc::EINVAL;
+        }
+        if cqe <= 0 || cqe as u32 > MAX_CQE {
+            return libc::EINVAL;
+        }
+        // SAFETY: cq is ours.
+        let c = unsafe { cq_of(cq) };
+        match c.cq.resize(cqe as u32) {
+            Ok(()) => {
+                // SAFETY: cq is ours; libibverbs reads cqe, the provider keeps it.
+                unsafe { (*cq).cqe = c.cq.capacity() as i32 };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
 pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
     guard(libc::EIO, || {
         if cq.is_null() {
@@ -177,7 +201,7 @@ pub(super) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: i32) -
         } else {
             xiw_abi::ring::CQ_ARM_NEXT
         };
-        c.cq.ring.header().arm.store(arm, Ordering::Release);
+        c.cq.arm(arm);
         0
     })
 }

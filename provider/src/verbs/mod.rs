@@ -224,7 +224,7 @@ use wr::*;
 
 pub use device::device_attr;
 pub(crate) use mr::register_mr;
-pub(crate) use wr::{begin_dv, fail_batch};
+pub(crate) use wr::{begin_dv, fail_batch, flush_flags};
 
 /// The ops table handed to libibverbs; entries left out answer EOPNOTSUPP.
 pub fn ops() -> verbs_context_ops {
@@ -254,6 +254,7 @@ pub fn ops() -> verbs_context_ops {
         query_srq: Some(query_srq),
         reg_mr: Some(reg_mr),
         rereg_mr: Some(rereg_mr),
+        resize_cq: Some(resize_cq),
         req_notify_cq: Some(req_notify_cq),
         ..verbs_context_ops::EMPTY
     }

@@ -166,9 +166,9 @@ pub(super) fn new_qp(
         ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     }
     // `ibv_wr_flush` is the commit draft's Flush where libibverbs has it
-    // (rdma-core 45 and later), with xiwdv_wr_flush's meaning.
-    let flush: Option<WrFlush> = sh_ref.cfg.extensions.then_some(crate::dv::xiwdv_wr_flush);
-    crate::device::layout().set_qp_tail(&mut v, VERBS_QP_EX, flush);
+    // (rdma-core 45 and later), as xiwdv_wr_flush is.
+    let flush: Option<WrFlush> = sh_ref.cfg.extensions.then_some(wr_flush);
+    crate::libibverbs::layout().set_qp_tail(&mut v, VERBS_QP_EX, flush);
     let b = Box::into_raw(Box::new(XiwQp {
         vqp: v,
         qp: q.clone(),

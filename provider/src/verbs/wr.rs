@@ -250,6 +250,57 @@ pub(super) unsafe extern "C" fn wr_atomic_write(
 }
 
 /// Starts an xiw-only WR (xiwdv.h) on a QP the caller says is xiw's.
+/// `enum ibv_placement_type` (rdma-core 45 and later) and xiwdv's.
+const PLACEMENT_GLOBAL: u8 = 1 << 0;
+const PLACEMENT_PERSISTENT: u8 = 1 << 1;
+/// `IBV_FLUSH_RANGE` / `XIWDV_FLUSH_RANGE`.
+const SELECT_RANGE: u8 = 0;
+
+/// The Flush Request's flags for `ibv_wr_flush`/`xiwdv_wr_flush`
+/// arguments, or why they have no wire form.
+pub(crate) fn flush_flags(len: usize, kind: u8, level: u8) -> Result<u8, &'static str> {
+    if level != SELECT_RANGE {
+        // The draft's Flush Request names a range; a whole-MR flush has no wire form.
+        return Err("only the range selectivity (FLUSH_RANGE) exists on the wire");
+    }
+    if kind == 0 || kind & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
+        return Err("type must be FLUSH_GLOBAL and/or FLUSH_PERSISTENT");
+    }
+    if u32::try_from(len).is_err() {
+        return Err("length does not fit the 32-bit Data Sink Length");
+    }
+    let mut flags = 0u32;
+    if kind & PLACEMENT_PERSISTENT != 0 {
+        flags |= crate::wire::commit::FLUSH_PERSISTENCE;
+    }
+    if kind & PLACEMENT_GLOBAL != 0 {
+        flags |= crate::wire::commit::FLUSH_GLOBAL_VISIBILITY;
+    }
+    Ok(flags as u8)
+}
+
+/// `ibv_wr_flush` (rdma-core 45 and later): the commit draft's RDMA Flush of
+/// `[addr, addr+len)` of `rkey`; arguments without a wire form make the
+/// batch fail with EINVAL.
+pub(super) unsafe extern "C" fn wr_flush(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    kind: u8,
+    level: u8,
+) {
+    guard((), || match flush_flags(len, kind, level) {
+        Ok(flags) => begin(q, op::FLUSH, |w| {
+            w.rkey = rkey;
+            w.remote_addr = addr;
+            w.imm_or_inv = len as u32;
+            w.op_flags = flags;
+        }),
+        Err(_) => fail_batch(q, libc::EINVAL),
+    })
+}
+
 pub(crate) fn begin_dv(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
     begin(q, opcode, set)
 }

@@ -38,6 +38,18 @@
 //!   access); the same rkey then writes and reads the new buffer, and a Write
 //!   to the old range is refused (both QPs end in error, nothing lands).
 //!
+//! - `resize`: the client's CQ (8 entries) holds completions it has not
+//!   polled when it is resized (`ibv_resize_cq`): below what waits is
+//!   refused (EINVAL), as are 0 and sizes beyond the device's; 256 keeps
+//!   every completion in order and takes more than the old size held; the
+//!   CQ then shrinks again and traffic goes on.
+//!
+//! - `reconnect`: a Write with a bad rkey puts both QPs in error; then the
+//!   side that connects (the lower address and QPN) goes back through RESET
+//!   to RTS while its peer is still in error, and only 300 ms later does the
+//!   peer follow. The connection must come up (the peer holds the Request
+//!   until it is at RTR again) and carry a Write and a Send both ways.
+//!
 //! Common options: `--timeout SECS` (a watchdog ends the process after that,
 //! default 50). On a failure the process ends at once, without tearing the
 //! device down, since a provider in trouble could hang there.
@@ -158,6 +170,8 @@ fn main() -> ExitCode {
         "errors" => errors::run(&args),
         "stall" => stall::run(&args),
         "rereg" => rereg::run(&args),
+        "resize" => resize::run(&args),
+        "reconnect" => reconnect::run(&args),
         s => Err(format!("unknown scenario {s}\n{}", usage())),
     };
     match r {
@@ -2806,5 +2820,247 @@ mod rereg {
             return Err(format!("{what}: completions {got:?}, expected {want:?}"));
         }
         Ok(())
+    }
+}
+
+mod resize {
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    pub fn run(a: &Args) -> Res<String> {
+        on_device(a, body)
+    }
+
+    fn body(a: &Args, dev: &Dev) -> Res<String> {
+        let client = a.server.is_some();
+        let mut oob = Oob::open(a)?;
+        let cq = Cq::new(&dev.ctx, 8).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        let cap = ibv::ibv_qp_cap {
+            max_send_wr: 256,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp =
+            Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+        let tgt = Mr::new(
+            &dev.pd,
+            4096,
+            sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE,
+        )
+        .map_err(|e| format!("ibv_reg_mr: {e}"))?;
+        let src = Mr::new(&dev.pd, 4096, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"))?;
+        let m = oob.exchange(&[
+            ("qpn", qp.qpn().to_string()),
+            ("gid", hex(&dev.gid)),
+            ("tgt", tgt.addr().to_string()),
+            ("tgtk", tgt.rkey().to_string()),
+        ])?;
+        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
+        qp.to_init(ALL_ACCESS)?;
+        qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
+        oob.sync("ready", &Ok(()))?;
+        let mut line = String::from("server");
+        if client {
+            let remote = (get::<u64>(&m, "tgt")?, get::<u32>(&m, "tgtk")?);
+            let mut next = 0u64;
+            let mut write = |n: u64| -> Res {
+                let wrs: Vec<SendWr> = (0..n)
+                    .map(|k| SendWr {
+                        wr_id: next + k,
+                        opcode: sys::IBV_WR_RDMA_WRITE,
+                        flags: sys::IBV_SEND_SIGNALED,
+                        sges: vec![src.sge(0, 64)],
+                        remote_addr: remote.0,
+                        rkey: remote.1,
+                        ..Default::default()
+                    })
+                    .collect();
+                next += n;
+                qp.post_send(&wrs)
+                    .map_err(|(i, e)| format!("post WR {i}: {}", ibv::errno_str(e)))
+            };
+            let first = cq.cqe();
+            // Six completions wait in a CQ of eight.
+            write(6)?;
+            // No verb shows completions without taking them: give six small
+            // Writes on loopback TCP (each complete once the stream takes
+            // it, microseconds) far more time than they need.
+            std::thread::sleep(Duration::from_millis(500));
+            let refuse = |n: i32, what: &str| match cq.resize(n) {
+                Err(e) if e == libc::EINVAL => Ok(()),
+                r => Err(format!(
+                    "ibv_resize_cq({n}) ({what}): {r:?}, expected EINVAL"
+                )),
+            };
+            refuse(4, "fewer than wait")?;
+            refuse(0, "zero")?;
+            refuse(-1, "negative")?;
+            refuse(i32::MAX, "beyond the device's largest")?;
+            cq.resize(256)
+                .map_err(|e| format!("ibv_resize_cq(256): {}", ibv::errno_str(e)))?;
+            let grown = cq.cqe();
+            if grown < 256 {
+                return Err(format!(
+                    "after resizing to 256 the CQ reports {grown} entries"
+                ));
+            }
+            // More than the old CQ held, on top of the six.
+            write(100)?;
+            let got = wait_wcs(&[&cq], 106, Instant::now() + WAIT, "after growing")?;
+            let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+            if ids != (0..106).collect::<Vec<u64>>()
+                || got.iter().any(|w| w.status != sys::IBV_WC_SUCCESS)
+            {
+                return Err(format!(
+                    "completions after growing, in order 0..106: {got:?}"
+                ));
+            }
+            cq.resize(16)
+                .map_err(|e| format!("ibv_resize_cq(16): {}", ibv::errno_str(e)))?;
+            let shrunk = cq.cqe();
+            write(10)?;
+            let got = wait_wcs(&[&cq], 10, Instant::now() + WAIT, "after shrinking")?;
+            if got.iter().map(|w| w.wr_id).ne(106..116) {
+                return Err(format!("completions after shrinking: {got:?}"));
+            }
+            line = format!("cqe {first} -> {grown} -> {shrunk}, 116 Writes completed in order");
+        }
+        oob.sync("done", &Ok(()))?;
+        Ok(line)
+    }
+}
+
+mod reconnect {
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    pub fn run(a: &Args) -> Res<String> {
+        on_device(a, body)
+    }
+
+    fn wait_state(qp: &Qp, want: u32, who: &str) -> Res {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let st = qp
+                .state()
+                .map_err(|e| format!("{who}: ibv_query_qp: {e}"))?;
+            if st == want {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{who}: the QP is in {}, expected {}",
+                    state_name(st),
+                    state_name(want)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn body(a: &Args, dev: &Dev) -> Res<String> {
+        let client = a.server.is_some();
+        let mut oob = Oob::open(a)?;
+        let cq = Cq::new(&dev.ctx, 64).map_err(|e| format!("ibv_create_cq: {e}"))?;
+        let cap = ibv::ibv_qp_cap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp =
+            Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+        let buf = Mr::new(&dev.pd, 4096, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"))?;
+        let m = oob.exchange(&[
+            ("qpn", qp.qpn().to_string()),
+            ("gid", hex(&dev.gid)),
+            ("addr", buf.addr().to_string()),
+            ("rkey", buf.rkey().to_string()),
+            ("seed", a.seed.to_string()),
+        ])?;
+        let seed: u64 = if client { a.seed } else { get(&m, "seed")? };
+        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
+        let peer_qpn: u32 = get(&m, "qpn")?;
+        let remote = (get::<u64>(&m, "addr")?, get::<u32>(&m, "rkey")?);
+        // Standalone mode connects from the lower (GID, QPN) to the higher.
+        let initiator = (dev.gid, qp.qpn()) < (peer_gid, peer_qpn);
+        let wr = |wr_id, opcode, off: usize, remote: (u64, u32)| SendWr {
+            wr_id,
+            opcode,
+            flags: sys::IBV_SEND_SIGNALED,
+            sges: vec![buf.sge(off, 64)],
+            remote_addr: remote.0,
+            rkey: remote.1,
+            ..Default::default()
+        };
+        let recv = |wr_id| RecvWr {
+            wr_id,
+            sges: vec![buf.sge(2048, 64)],
+            num_sge: None,
+        };
+        // The first connection; the client's Write with a bad rkey ends it.
+        qp.to_init(ALL_ACCESS)?;
+        qp.to_rts(peer_gid, peer_qpn, RD_ATOMIC)?;
+        oob.sync("up", &Ok(()))?;
+        if client {
+            let bad = (remote.0, remote.1 ^ 0x5500);
+            qp.post_send(&[wr(1, sys::IBV_WR_RDMA_WRITE, 0, bad)])
+                .map_err(|(i, e)| format!("post WR {i}: {}", ibv::errno_str(e)))?;
+        }
+        wait_state(&qp, sys::IBV_QPS_ERR, "after the bad rkey")?;
+        let _ = wait_wcs(
+            &[&cq],
+            usize::from(client),
+            Instant::now() + WAIT,
+            "the failed Write",
+        )?;
+        oob.sync("both in error", &Ok(()))?;
+        let reset = ibv::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RESET,
+            ..Default::default()
+        };
+        let again = |qp: &Qp| -> Res {
+            qp.modify(&reset, sys::IBV_QP_STATE)
+                .map_err(|e| format!("modify_qp to RESET: {}", ibv::errno_str(e)))?;
+            qp.to_init(ALL_ACCESS)?;
+            qp.post_recv(&[recv(10)])
+                .map_err(|(i, e)| format!("ibv_post_recv WR {i}: {}", ibv::errno_str(e)))?;
+            qp.to_rts(peer_gid, peer_qpn, RD_ATOMIC)
+        };
+        if initiator {
+            again(&qp)?;
+            oob.sync("initiator at RTS", &Ok(()))?;
+        } else {
+            oob.sync("initiator at RTS", &Ok(()))?;
+            // The initiator's Request arrives while this QP is in error.
+            std::thread::sleep(Duration::from_millis(300));
+            again(&qp)?;
+        }
+        // A Write and a Send each way on the new connection.
+        let data = payload(mix(seed, &[u64::from(client)]), 64);
+        buf.write(0, &data);
+        qp.post_send(&[
+            wr(20, sys::IBV_WR_RDMA_WRITE, 0, (remote.0 + 1024, remote.1)),
+            wr(21, sys::IBV_WR_SEND, 0, (0, 0)),
+        ])
+        .map_err(|(i, e)| format!("post WR {i}: {}", ibv::errno_str(e)))?;
+        let got = wait_wcs(&[&cq], 3, Instant::now() + WAIT, "on the new connection")?;
+        if got.iter().any(|w| w.status != sys::IBV_WC_SUCCESS) {
+            return Err(format!("completions on the new connection: {got:?}"));
+        }
+        oob.sync("exchanged", &Ok(()))?;
+        let peer = payload(mix(seed, &[u64::from(!client)]), 64);
+        if buf.read(1024, 64) != peer || buf.read(2048, 64) != peer {
+            return Err("the peer's Write or Send did not arrive intact".into());
+        }
+        Ok(format!(
+            "reconnected as the {}",
+            if initiator { "initiator" } else { "responder" }
+        ))
     }
 }
