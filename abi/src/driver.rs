@@ -248,9 +248,12 @@ pub struct verbs_context_ops {
     pub alloc_dm: Op,
     pub alloc_mw: Op,
     pub alloc_null_mr: Op,
-    pub alloc_parent_domain: Op,
+    pub alloc_parent_domain: Option<
+        unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd,
+    >,
     pub alloc_pd: Option<unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd>,
-    pub alloc_td: Op,
+    pub alloc_td:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td>,
     pub async_event: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event)>,
     pub attach_counters_point_flow: Op,
     pub attach_mcast: Op,
@@ -277,7 +280,7 @@ pub struct verbs_context_ops {
     pub create_wq: Op,
     pub dealloc_mw: Op,
     pub dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
-    pub dealloc_td: Op,
+    pub dealloc_td: Option<unsafe extern "C" fn(*mut ibv_td) -> c_int>,
     pub dereg_mr: Option<unsafe extern "C" fn(*mut verbs_mr) -> c_int>,
     pub destroy_ah: Op,
     pub destroy_counters: Op,

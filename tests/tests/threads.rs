@@ -10,6 +10,9 @@
 //! - `tests/c/xiw_events.c`: async events against destroy (a destroy waits for
 //!   the acknowledgement of every event the application read; unread events of
 //!   a destroyed QP are never delivered).
+//! - `tests/c/xiw_domains.c`: parent and thread domains (`ibv_alloc_td`,
+//!   `ibv_alloc_parent_domain`): a QP, MR and CQ in a parent domain talking
+//!   to a QP of the plain PD, and what the verbs refuse.
 //!
 //! By hand (after `pkg/install.sh`):
 //!
@@ -117,4 +120,12 @@ fn churn_beside_steady_traffic() {
 fn async_events_against_destroy() {
     let _g = serial();
     run("xiw_events", &["40"], Duration::from_secs(60));
+}
+
+#[test]
+fn parent_and_thread_domains() {
+    // tests/c/xiw_domains.c: a QP, MR and CQ in a parent domain with a
+    // thread domain, traffic with a QP of the plain PD, and the refusals.
+    let _g = serial();
+    run("xiw_domains", &[], Duration::from_secs(30));
 }

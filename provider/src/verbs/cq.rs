@@ -38,6 +38,7 @@ pub(super) fn new_cq(
         cq,
         cur: UnsafeCell::new(None),
         wc_flags,
+        domain: ptr::null_mut(),
     });
     let p = Box::into_raw(b);
     sh.set_handle(id, p as usize);
@@ -79,12 +80,31 @@ pub(super) unsafe extern "C" fn create_cq_ex(
         if a.wc_flags & !CQ_EX_FLAGS != 0 {
             return null_err(libc::EOPNOTSUPP);
         }
-        if a.comp_mask & !IBV_CQ_INIT_ATTR_MASK_FLAGS != 0 {
+        if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
             return null_err(libc::EOPNOTSUPP);
+        }
+        // A CQ may name the parent domain whose allocators it would use (xiw
+        // does not call them: see alloc_parent_domain); a plain PD is wrong.
+        if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+            let pd = a.parent_domain;
+            // SAFETY: a PD of this context, if the caller names one.
+            if pd.is_null()
+                || unsafe { (*pd).context } != ctx
+                || unsafe { pd_of(pd) }.parent.is_null()
+            {
+                return null_err(libc::EINVAL);
+            }
         }
         let cqe = i32::try_from(a.cqe).unwrap_or(i32::MAX);
         match new_cq(ctx, cqe, a.channel, a.comp_vector.into(), a.wc_flags) {
             Ok(p) => {
+                if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+                    // SAFETY: p was just made; the parent domain was checked above.
+                    unsafe {
+                        (*p).domain = a.parent_domain;
+                        domain_use(a.parent_domain, true);
+                    }
+                }
                 // SAFETY: p was just allocated; we are its only user.
                 let ex = unsafe { &mut *(*p).vcq.cq_ex };
                 ex.start_poll = Some(cq_start_poll);
@@ -142,6 +162,8 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
             return libc::EBUSY;
         }
         sh.set_handle(c.cq.id, 0);
+        // SAFETY: the parent domain the CQ named, if any, outlives it.
+        unsafe { domain_use(c.domain, false) };
         // SAFETY: ours, and freed only below.
         unsafe { retire_events(sh, cq) };
         // SAFETY: allocated by new_cq with Box; handed back once.

@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use std::mem::{size_of, ManuallyDrop};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 
@@ -73,7 +73,46 @@ pub struct XiwContext {
 #[repr(C)]
 pub struct XiwPd {
     pub ibv: ibv_pd,
+    /// The protection domain (a parent domain has its PD's).
     pub id: u32,
+    /// A parent domain's PD; null for a plain PD.
+    pub parent: *mut ibv_pd,
+    /// A parent domain's thread domain, if any.
+    pub td: *mut XiwTd,
+    /// Parent domains made on this PD: it may not go before them.
+    pub children: AtomicU32,
+    /// A parent domain's objects (QPs, MRs, SRQs, CQs) made through it: it
+    /// may not go before them either (a plain PD's are counted by its id).
+    pub uses: AtomicU32,
+}
+
+/// Counts an object made (`up`) or destroyed through `pd`, if `pd` is a
+/// parent domain (see [`XiwPd::uses`]).
+///
+/// # Safety
+/// `pd` is null or a live PD of this provider.
+unsafe fn domain_use(pd: *mut ibv_pd, up: bool) {
+    if pd.is_null() {
+        return;
+    }
+    // SAFETY: as the caller promises.
+    let p = unsafe { pd_of(pd) };
+    if p.parent.is_null() {
+        return;
+    }
+    if up {
+        p.uses.fetch_add(1, Ordering::AcqRel);
+    } else {
+        p.uses.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A thread domain (`ibv_alloc_td`).
+#[repr(C)]
+pub struct XiwTd {
+    pub ibv: ibv_td,
+    /// Parent domains that name it.
+    pub users: AtomicU32,
 }
 
 #[repr(C)]
@@ -88,6 +127,8 @@ pub struct XiwCq {
     /// Extended polling: the completion `start_poll`/`next_poll` is looking at.
     cur: UnsafeCell<Option<Cqe>>,
     wc_flags: u64,
+    /// The parent domain named at creation (`IBV_CQ_INIT_ATTR_MASK_PD`), or null.
+    domain: *mut ibv_pd,
 }
 
 #[repr(C)]
@@ -255,6 +296,9 @@ pub fn ops() -> verbs_context_ops {
         reg_mr: Some(reg_mr),
         rereg_mr: Some(rereg_mr),
         resize_cq: Some(resize_cq),
+        alloc_parent_domain: Some(alloc_parent_domain),
+        alloc_td: Some(alloc_td),
+        dealloc_td: Some(dealloc_td),
         req_notify_cq: Some(req_notify_cq),
         ..verbs_context_ops::EMPTY
     }

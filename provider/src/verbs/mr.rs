@@ -16,6 +16,102 @@ pub(super) unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
                 handle: id,
             },
             id,
+            parent: ptr::null_mut(),
+            td: ptr::null_mut(),
+            children: AtomicU32::new(0),
+            uses: AtomicU32::new(0),
+        });
+        Box::into_raw(pd) as *mut ibv_pd
+    })
+}
+
+/// `ibv_alloc_td`: a thread domain. xiw's queues keep their locks whatever
+/// the domain (uncontended, they cost a few instructions), so a QP in one
+/// behaves as any other.
+pub(super) unsafe extern "C" fn alloc_td(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_td_init_attr,
+) -> *mut ibv_td {
+    guard(ptr::null_mut(), || {
+        // SAFETY: the caller's attributes, if given.
+        if ctx.is_null() || attr.is_null() || unsafe { (*attr).comp_mask } != 0 {
+            return null_err(libc::EINVAL);
+        }
+        let td = Box::new(XiwTd {
+            ibv: ibv_td { context: ctx },
+            users: AtomicU32::new(0),
+        });
+        Box::into_raw(td) as *mut ibv_td
+    })
+}
+
+pub(super) unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> i32 {
+    guard(libc::EIO, || {
+        if td.is_null() {
+            return libc::EINVAL;
+        }
+        let t = td as *mut XiwTd;
+        // SAFETY: every ibv_td handed out is the first member of an XiwTd.
+        if unsafe { (*t).users.load(Ordering::Acquire) } > 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: allocated by alloc_td with Box; handed back once.
+        drop(unsafe { Box::from_raw(t) });
+        0
+    })
+}
+
+/// `ibv_alloc_parent_domain`: a PD that stands for `attr.pd` wherever a PD
+/// goes (MRs, QPs, SRQs, CQs made with `IBV_CQ_INIT_ATTR_MASK_PD`), with a
+/// thread domain and the application's allocators. The allocators are kept
+/// but not called: xiw's queues are rings it maps itself, the memory the
+/// kernel module shares in kernel mode.
+pub(super) unsafe extern "C" fn alloc_parent_domain(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    guard(ptr::null_mut(), || {
+        if ctx.is_null() || attr.is_null() {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &*attr };
+        let known = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+        if a.comp_mask & !known != 0 {
+            return null_err(libc::EOPNOTSUPP);
+        }
+        // SAFETY: a PD of this context, as the verbs require.
+        if a.pd.is_null() || unsafe { (*a.pd).context } != ctx {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: ours.
+        let parent = unsafe { pd_of(a.pd) };
+        if !parent.parent.is_null() {
+            // A parent domain is made on a plain PD.
+            return null_err(libc::EINVAL);
+        }
+        let td = a.td as *mut XiwTd;
+        // SAFETY: a thread domain of this context, if given.
+        if !td.is_null() && unsafe { (*td).ibv.context } != ctx {
+            return null_err(libc::EINVAL);
+        }
+        // SAFETY: ctx is ours.
+        let sh = unsafe { shared(ctx) };
+        parent.children.fetch_add(1, Ordering::AcqRel);
+        if !td.is_null() {
+            // SAFETY: as above.
+            unsafe { (*td).users.fetch_add(1, Ordering::AcqRel) };
+        }
+        let pd = Box::new(XiwPd {
+            ibv: ibv_pd {
+                context: ctx,
+                handle: sh.next_id(),
+            },
+            id: parent.id,
+            parent: a.pd,
+            td,
+            children: AtomicU32::new(0),
+            uses: AtomicU32::new(0),
         });
         Box::into_raw(pd) as *mut ibv_pd
     })
@@ -28,6 +124,24 @@ pub(super) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
         }
         // SAFETY: pd is ours.
         let (p, sh) = unsafe { (pd_of(pd), shared((*pd).context)) };
+        if !p.parent.is_null() {
+            if p.uses.load(Ordering::Acquire) > 0 {
+                return libc::EBUSY;
+            }
+            // A parent domain: its PD and thread domain are free of it.
+            // SAFETY: the PD and thread domain outlive their parent domains.
+            unsafe {
+                pd_of(p.parent).children.fetch_sub(1, Ordering::AcqRel);
+                if !p.td.is_null() {
+                    (*p.td).users.fetch_sub(1, Ordering::AcqRel);
+                }
+                drop(Box::from_raw(pd as *mut XiwPd));
+            }
+            return 0;
+        }
+        if p.children.load(Ordering::Acquire) > 0 {
+            return libc::EBUSY;
+        }
         let id = p.id;
         let (mrs, qps) = (sh.mrs.count_for_pd(id), sh.pd_has_qps(id));
         if mrs > 0 || qps {
@@ -115,6 +229,8 @@ pub(crate) unsafe fn register_mr(
             access: access as i32,
         },
     });
+    // SAFETY: pd is ours.
+    unsafe { domain_use(pd, true) };
     Ok(Box::into_raw(mr) as *mut ibv_mr)
 }
 
@@ -181,7 +297,17 @@ pub(super) unsafe extern "C" fn rereg_mr(
             )
         };
         match r {
-            Ok(()) => 0,
+            Ok(()) => {
+                if flags as u32 & IBV_REREG_MR_CHANGE_PD != 0 {
+                    // SAFETY: both are PDs of this provider; libibverbs moves
+                    // `mr->pd` to the new one after this returns.
+                    unsafe {
+                        domain_use((*vmr).ibv_mr.pd, false);
+                        domain_use(pd, true);
+                    }
+                }
+                0
+            }
             Err(e) => {
                 set_errno(e);
                 e
@@ -309,6 +435,8 @@ pub(super) unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
         // SAFETY: as above.
         let sh = unsafe { shared(ctx) };
         sh.mrs.deregister(stag);
+        // SAFETY: the MR's PD (libibverbs keeps `pd` current across rereg).
+        unsafe { domain_use((*vmr).ibv_mr.pd, false) };
         // SAFETY: allocated by reg_mr with Box; handed back once.
         drop(unsafe { Box::from_raw(vmr as *mut XiwMr) });
         0

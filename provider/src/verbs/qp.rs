@@ -189,6 +189,8 @@ pub(super) fn new_qp(
     }
     q.handle.store(b as usize, Ordering::Release);
     sh.register_qp(q.qpn, q);
+    // SAFETY: the caller's PD, checked to be ours above.
+    unsafe { domain_use(a.pd, true) };
     Ok(b as *mut ibv_qp)
 }
 
@@ -248,6 +250,8 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         }
         // SAFETY: ours.
         let (x, sh) = unsafe { (qp_of(qp), shared((*qp).context)) };
+        // SAFETY: the QP's PD, as create_qp recorded it.
+        unsafe { domain_use((*qp).pd, false) };
         let q = &x.qp;
         q.destroyed.store(true, Ordering::Release);
         q.handle.store(0, Ordering::Release);

@@ -42,6 +42,8 @@ pub(super) fn new_srq(
         );
     }
     sh.set_handle(id, b as usize);
+    // SAFETY: pd is ours.
+    unsafe { domain_use(pd, true) };
     Ok(b as *mut ibv_srq)
 }
 
@@ -141,6 +143,8 @@ pub(super) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
             return libc::EBUSY;
         }
         sh.set_handle(s.srq.id, 0);
+        // SAFETY: the SRQ's PD, as create_srq recorded it.
+        unsafe { domain_use((*srq).pd, false) };
         // SAFETY: ours, and freed only below.
         unsafe { retire_events(sh, srq) };
         // SAFETY: allocated by new_srq with Box; handed back once.
