@@ -13,7 +13,7 @@ use xiw_abi::verbs::*;
 
 use crate::persist::Hash;
 use crate::tx;
-use crate::verbs::{begin_dv, fail_batch, flush_flags, guard, set_errno, shared};
+use crate::verbs::{begin_dv, fail_batch, flush_flags, flush_wqe, guard, set_errno, shared};
 
 /// `enum xiwdv_mr_attr_mask`.
 const MR_ATTR_VERIFY_HASH: u64 = 1 << 0;
@@ -227,12 +227,13 @@ pub unsafe extern "C" fn xiwdv_wr_flush(
         };
         // SAFETY: as the caller promises.
         unsafe {
-            start(q, "xiwdv_wr_flush", op::FLUSH, checked, |w| {
-                w.rkey = rkey;
-                w.remote_addr = addr;
-                w.imm_or_inv = len as u32;
-                w.op_flags = flags;
-            })
+            start(
+                q,
+                "xiwdv_wr_flush",
+                op::FLUSH,
+                checked,
+                flush_wqe(rkey, addr, len, flags),
+            )
         }
     })
 }

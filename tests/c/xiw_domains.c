@@ -29,37 +29,9 @@
 
 #include <infiniband/verbs.h>
 
+#include "xiw_test.h"
+
 #define LEN 4096
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, "xiw_domains: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	exit(1);
-}
-
-static struct ibv_context *open_dev(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	const char *want = getenv("XIW_DEVICE");
-	struct ibv_context *ctx = NULL;
-
-	if (!list || n == 0)
-		die("no RDMA device");
-	for (int i = 0; i < n && !ctx; i++)
-		if (!want || !strcmp(ibv_get_device_name(list[i]), want))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!ctx)
-		die("cannot open the device");
-	return ctx;
-}
 
 static void to_rts(struct ibv_qp *qp, union ibv_gid gid, uint32_t peer_qpn)
 {

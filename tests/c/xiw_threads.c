@@ -32,19 +32,9 @@
 
 #include <infiniband/verbs.h>
 
+#include "xiw_test.h"
+
 #define LIMIT_NS (5ull * 1000000000ull)
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, "xiw_threads: ");
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	exit(1);
-}
 
 static uint64_t now_ns(void)
 {
@@ -75,24 +65,6 @@ static int same(const uint8_t *p, size_t n, uint64_t seed)
 		if (p[i] != (uint8_t)(mix(seed + i / 8) >> (8 * (i % 8))))
 			return 0;
 	return 1;
-}
-
-static struct ibv_context *open_dev(void)
-{
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	const char *want = getenv("XIW_DEVICE");
-	struct ibv_context *ctx = NULL;
-
-	if (!list || n == 0)
-		die("no RDMA device");
-	for (int i = 0; i < n && !ctx; i++)
-		if (!want || !strcmp(ibv_get_device_name(list[i]), want))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!ctx)
-		die("cannot open the device");
-	return ctx;
 }
 
 static union ibv_gid gid_of(struct ibv_context *ctx)

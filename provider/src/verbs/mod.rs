@@ -265,7 +265,7 @@ use wr::*;
 
 pub use device::device_attr;
 pub(crate) use mr::register_mr;
-pub(crate) use wr::{begin_dv, fail_batch, flush_flags};
+pub(crate) use wr::{begin_dv, fail_batch, flush_flags, flush_wqe};
 
 /// The ops table handed to libibverbs; entries left out answer EOPNOTSUPP.
 pub fn ops() -> verbs_context_ops {

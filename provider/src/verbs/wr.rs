@@ -291,14 +291,19 @@ pub(super) unsafe extern "C" fn wr_flush(
     level: u8,
 ) {
     guard((), || match flush_flags(len, kind, level) {
-        Ok(flags) => begin(q, op::FLUSH, |w| {
-            w.rkey = rkey;
-            w.remote_addr = addr;
-            w.imm_or_inv = len as u32;
-            w.op_flags = flags;
-        }),
+        Ok(flags) => begin(q, op::FLUSH, flush_wqe(rkey, addr, len, flags)),
         Err(_) => fail_batch(q, libc::EINVAL),
     })
+}
+
+/// Fills a Flush WQE (`len` fits 32 bits: see [`flush_flags`]).
+pub(crate) fn flush_wqe(rkey: u32, addr: u64, len: usize, flags: u8) -> impl FnOnce(&mut SendWqe) {
+    move |w| {
+        w.rkey = rkey;
+        w.remote_addr = addr;
+        w.imm_or_inv = len as u32;
+        w.op_flags = flags;
+    }
 }
 
 pub(crate) fn begin_dv(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {

@@ -317,6 +317,41 @@ const ALL_ACCESS: u32 =
 const RD_ATOMIC: u8 = 16;
 
 /// Polls `cqs` until `n` completions arrived or `deadline` passed.
+/// Waits up to 10 s for `qp` to be in state `want`.
+fn wait_state(qp: &Qp, want: u32, who: &str) -> Res {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = qp
+            .state()
+            .map_err(|e| format!("{who}: ibv_query_qp: {e}"))?;
+        if st == want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{who}: the QP is in {}, expected {}",
+                state_name(st),
+                state_name(want)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A CQ of 64 and an RC QP on it for 16 WRs of one SGE each way.
+fn small_qp(dev: &Dev) -> Res<(Cq, Qp)> {
+    let cq = Cq::new(&dev.ctx, 64).map_err(|e| format!("ibv_create_cq: {e}"))?;
+    let cap = ibv::ibv_qp_cap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+    Ok((cq, qp))
+}
+
 fn wait_wcs(cqs: &[&Cq], n: usize, deadline: Instant, what: &str) -> Res<Vec<Wc>> {
     let mut got: Vec<Wc> = Vec::new();
     while got.len() < n {
@@ -2670,39 +2705,10 @@ mod rereg {
         on_device(a, body)
     }
 
-    fn wait_state(qp: &Qp, want: u32, who: &str) -> Res {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let st = qp
-                .state()
-                .map_err(|e| format!("{who}: ibv_query_qp: {e}"))?;
-            if st == want {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{who}: the QP is in {}, expected {}",
-                    state_name(st),
-                    state_name(want)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     fn body(a: &Args, dev: &Dev) -> Res<String> {
         let client = a.server.is_some();
         let mut oob = Oob::open(a)?;
-        let cq = Cq::new(&dev.ctx, 64).map_err(|e| format!("ibv_create_cq: {e}"))?;
-        let cap = ibv::ibv_qp_cap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let qp =
-            Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+        let (cq, qp) = small_qp(dev)?;
         let writable = sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE;
         let mr =
             |len, access| Mr::new(&dev.pd, len, access).map_err(|e| format!("ibv_reg_mr: {e}"));
@@ -2942,39 +2948,10 @@ mod reconnect {
         on_device(a, body)
     }
 
-    fn wait_state(qp: &Qp, want: u32, who: &str) -> Res {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let st = qp
-                .state()
-                .map_err(|e| format!("{who}: ibv_query_qp: {e}"))?;
-            if st == want {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "{who}: the QP is in {}, expected {}",
-                    state_name(st),
-                    state_name(want)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     fn body(a: &Args, dev: &Dev) -> Res<String> {
         let client = a.server.is_some();
         let mut oob = Oob::open(a)?;
-        let cq = Cq::new(&dev.ctx, 64).map_err(|e| format!("ibv_create_cq: {e}"))?;
-        let cap = ibv::ibv_qp_cap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let qp =
-            Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"))?;
+        let (cq, qp) = small_qp(dev)?;
         let buf = Mr::new(&dev.pd, 4096, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"))?;
         let m = oob.exchange(&[
             ("qpn", qp.qpn().to_string()),
