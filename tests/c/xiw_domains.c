@@ -33,7 +33,8 @@
 
 #define LEN 4096
 
-static void to_rts(struct ibv_qp *qp, union ibv_gid gid, uint32_t peer_qpn)
+/* RESET -> INIT with remote read and write -> RTR -> RTS. */
+static void connect_qp(struct ibv_qp *qp, union ibv_gid gid, uint32_t peer_qpn)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
@@ -45,29 +46,8 @@ static void to_rts(struct ibv_qp *qp, union ibv_gid gid, uint32_t peer_qpn)
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 				      IBV_QP_ACCESS_FLAGS))
 		die("modify_qp to INIT: %s", strerror(errno));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer_qpn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.port_num = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.hop_limit = 64;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify_qp to RTR: %s", strerror(errno));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify_qp to RTS: %s", strerror(errno));
+	if (to_rts(qp, gid, peer_qpn))
+		die("modify_qp to RTR/RTS: %s", strerror(errno));
 }
 
 static struct ibv_qp *new_qp(struct ibv_pd *pd, struct ibv_cq *cq)
@@ -218,8 +198,8 @@ int main(void)
 
 	struct ibv_qp *qa = new_qp(dom, cq_a), *qb = new_qp(pd, cq_b);
 
-	to_rts(qa, gid, qb->qp_num);
-	to_rts(qb, gid, qa->qp_num);
+	connect_qp(qa, gid, qb->qp_num);
+	connect_qp(qb, gid, qa->qp_num);
 
 	for (int i = 0; i < LEN; i++)
 		buf_a[i] = (uint8_t)(i * 7 + 1);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
- * What xiw's C test programs share: failing with a message, and opening the
- * device under test (the first one libibverbs lists, or $XIW_DEVICE).
+ * What xiw's C test programs share: failing with a message, opening the
+ * device under test (the first one libibverbs lists, or $XIW_DEVICE), and
+ * connecting a QP in standalone mode (RTR starts the connection).
  */
 #ifndef XIW_TEST_H
 #define XIW_TEST_H
@@ -44,6 +45,33 @@ static inline struct ibv_context *open_dev(void)
 	if (!ctx)
 		die("cannot open the device");
 	return ctx;
+}
+
+/* INIT -> RTR (which starts the connection in standalone mode) -> RTS. */
+static inline int to_rts(struct ibv_qp *qp, union ibv_gid peer, uint32_t peer_qpn)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_RTR,
+		.path_mtu = IBV_MTU_1024,
+		.dest_qp_num = peer_qpn,
+		.max_dest_rd_atomic = 1,
+		.min_rnr_timer = 12,
+		.ah_attr = { .is_global = 1, .port_num = 1,
+			     .grh = { .dgid = peer, .hop_limit = 64 } },
+	};
+	int r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+					  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	if (r)
+		return r;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 #endif
