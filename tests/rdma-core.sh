@@ -10,14 +10,24 @@
 # line per check; exits non-zero if any fails. Must run as root, after
 # pkg/install.sh and a release build.
 #
+# With --refused instead, for a release the provider does not serve: the
+# provider is installed under the name that release's libibverbs loads
+# (libxiw-rdmavN.so), `xiw up` must work there, and ibv_devices must list no
+# device and say why in the provider's one line.
+#
 #   bash tests/rdma-core.sh trixie [EXPECTED_VERSION] [--pyverbs FILE]
+#   bash tests/rdma-core.sh sid - --refused     (-: whatever release it has)
 set -euo pipefail
 
-suite=${1:?usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE]}
+suite=${1:?usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE | --refused]}
 expect=${2:-}
+[[ $expect == - ]] && expect=
 pyverbs_out=
+refused=
 if [[ ${3:-} == --pyverbs ]]; then
     pyverbs_out=${4:?--pyverbs needs a file}
+elif [[ ${3:-} == --refused ]]; then
+    refused=1
 fi
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 root=$(bash "$repo/pkg/chroot.sh" "$suite")
@@ -32,7 +42,12 @@ if [[ -n $expect && $version != "$expect" ]]; then
     exit 1
 fi
 
-install -D -m 0644 "/$libdir/libibverbs/libxiw-rdmav34.so" "$root/$libdir/libibverbs/libxiw-rdmav34.so"
+# The provider file name this libibverbs loads: its private ABI number.
+abi=$(find "$root/$libdir/libibverbs" -name 'lib*-rdmav*.so' ! -name 'libxiw-*' -printf '%f\n' |
+    sed -n 's/.*-rdmav\([0-9]*\)\.so$/\1/p' | sort -u | head -1)
+echo "its providers are loaded as lib<name>-rdmav$abi.so"
+rm -f "$root/$libdir/libibverbs/"libxiw-rdmav*.so
+install -D -m 0644 "/$libdir/libibverbs/libxiw-rdmav34.so" "$root/$libdir/libibverbs/libxiw-rdmav$abi.so"
 install -D -m 0644 /etc/libibverbs.d/xiw.driver "$root/etc/libibverbs.d/xiw.driver"
 for b in xiw xiw-verbs-check; do
     install -D -m 0755 "$repo/target/release/$b" "$root/usr/local/bin/$b"
@@ -56,6 +71,19 @@ done
 
 in_root() { chroot "$root" env SYSFS_PATH=/run/xiw/chroot "$@"; }
 chroot "$root" xiw up --netdev lo --root /run/xiw/chroot >/dev/null
+
+if [[ -n $refused ]]; then
+    out=$(in_root ibv_devices 2>&1) || true
+    echo "$out" | sed 's/^/  ibv_devices: /'
+    why=$(grep -c '^xiw: not registering: ' <<<"$out" || true)
+    if grep -q 'xiw0' <<<"$out" || ((why != 1)) ||
+        ! grep -q "running with rdma-core $version" <<<"$out"; then
+        echo "FAIL: rdma-core $version: expected no device and one line from the provider saying why"
+        exit 1
+    fi
+    echo "rdma-core $version ($suite): refused as expected, with one line"
+    exit 0
+fi
 
 fails=0
 port=$((19500 + RANDOM % 400))

@@ -32,9 +32,11 @@ cargo build --release --workspace --all-targets
 echo "== install the provider" >&2
 bash "$repo/pkg/install.sh"
 
-# Debian 13's rdma-core, for tests/tests/rdma_core.rs (made once, then kept).
-echo "== chroot of Debian 13 (trixie) with its rdma-core" >&2
+# Debian 13's and unstable's rdma-core, for tests/tests/rdma_core.rs (made
+# once, then kept).
+echo "== chroots of Debian 13 (trixie) and unstable (sid) with their rdma-core" >&2
 bash "$repo/pkg/chroot.sh" trixie >/dev/null
+bash "$repo/pkg/chroot.sh" sid >/dev/null
 
 log=$(mktemp /tmp/xiw-tests.XXXXXX.log)
 echo "== test (log: $log)" >&2

@@ -355,25 +355,43 @@ impl verbs_context_ops {
     };
 }
 
+// The provider calls libibverbs' public functions (ibv_dontfork_range and
+// the like, declared by the bindings of verbs.h): it links the library.
 #[link(name = "ibverbs")]
-extern "C" {
-    pub fn verbs_register_driver_34(ops: *const verbs_device_ops);
-    pub fn _verbs_init_and_alloc_context(
+extern "C" {}
+
+/// The private helpers of libibverbs a provider calls, with the symbol
+/// version of [`PRIVATE_ABI`] (`IBVERBS_PRIVATE_34`). They are looked up at
+/// run time (`dlvsym`), not linked: a program or library that links them
+/// cannot even start under an rdma-core of another private ABI.
+pub mod private {
+    use super::*;
+
+    /// The symbol version the names below carry.
+    pub const VERSION: &core::ffi::CStr = c"IBVERBS_PRIVATE_34";
+
+    /// `verbs_register_driver_34`.
+    pub const REGISTER_DRIVER: &core::ffi::CStr = c"verbs_register_driver_34";
+    pub type RegisterDriver = unsafe extern "C" fn(ops: *const verbs_device_ops);
+
+    pub const INIT_AND_ALLOC_CONTEXT: &core::ffi::CStr = c"_verbs_init_and_alloc_context";
+    pub type InitAndAllocContext = unsafe extern "C" fn(
         device: *mut ibv_device,
         cmd_fd: c_int,
         alloc_size: usize,
         context_offset: *mut verbs_context,
         driver_id: u32,
     ) -> *mut c_void;
-    pub fn verbs_uninit_context(context: *mut verbs_context);
-    pub fn verbs_set_ops(vctx: *mut verbs_context, ops: *const verbs_context_ops);
-    pub fn verbs_init_cq(
-        cq: *mut ibv_cq,
-        context: *mut ibv_context,
-        channel: *mut ibv_comp_channel,
-        cq_context: *mut c_void,
-    );
-    pub fn __verbs_log(ctx: *mut verbs_context, level: u32, fmt: *const c_char, ...);
+
+    pub const UNINIT_CONTEXT: &core::ffi::CStr = c"verbs_uninit_context";
+    pub type UninitContext = unsafe extern "C" fn(context: *mut verbs_context);
+
+    pub const SET_OPS: &core::ffi::CStr = c"verbs_set_ops";
+    pub type SetOps = unsafe extern "C" fn(vctx: *mut verbs_context, ops: *const verbs_context_ops);
+
+    pub const LOG: &core::ffi::CStr = c"__verbs_log";
+    pub type Log =
+        unsafe extern "C" fn(ctx: *mut verbs_context, level: u32, fmt: *const c_char, ...);
 }
 
 // Layout of rdma-core 44 on x86-64, checked at compile time.

@@ -65,10 +65,15 @@ static INIT: extern "C" fn() = register;
 
 extern "C" fn register() {
     let _ = catch_unwind(|| match libibverbs::detect() {
+        // Not loaded by libibverbs (the `xiw` command): nothing to register with.
+        Err(_) if !libibverbs::loaded() => {}
         Ok(l) => {
             libibverbs::set_layout(l);
+            let register = libibverbs::private()
+                .expect("checked by detect")
+                .register_driver;
             // SAFETY: DEVICE_OPS is a static that lives as long as the library.
-            unsafe { verbs_register_driver_34(&DEVICE_OPS) }
+            unsafe { register(&DEVICE_OPS) }
         }
         Err(why) => eprintln!("xiw: not registering: {why}"),
     });
@@ -109,10 +114,14 @@ unsafe extern "C" fn alloc_context(
                 return ptr::null_mut();
             }
         };
+        // Registration found them (no context is made before it).
+        let Some(lib) = libibverbs::private() else {
+            return ptr::null_mut();
+        };
         // SAFETY: libibverbs allocates size_of::<XiwContext>() zeroed bytes with the
         // verbs_context at offset 0, and initialises it.
         let ctx = unsafe {
-            _verbs_init_and_alloc_context(
+            (lib.init_and_alloc_context)(
                 dev,
                 cmd_fd,
                 std::mem::size_of::<XiwContext>(),
@@ -131,7 +140,7 @@ unsafe extern "C" fn alloc_context(
                 }
                 // SAFETY: undo _verbs_init_and_alloc_context.
                 unsafe {
-                    verbs_uninit_context(&mut (*ctx).vctx);
+                    (lib.uninit_context)(&mut (*ctx).vctx);
                     libc::free(ctx as *mut libc::c_void);
                 }
                 return ptr::null_mut();
@@ -148,7 +157,7 @@ unsafe extern "C" fn alloc_context(
             Err(_) => {
                 // SAFETY: undo _verbs_init_and_alloc_context.
                 unsafe {
-                    verbs_uninit_context(&mut (*ctx).vctx);
+                    (lib.uninit_context)(&mut (*ctx).vctx);
                     libc::free(ctx as *mut libc::c_void);
                 }
                 return ptr::null_mut();
@@ -164,7 +173,7 @@ unsafe extern "C" fn alloc_context(
             (*ctx).progress = Box::into_raw(Box::new(thread));
             (*ctx).vctx.context.async_fd = async_r.into_raw_fd();
             (*ctx).vctx.context.num_comp_vectors = crate::verbs::COMP_VECTORS;
-            verbs_set_ops(&mut (*ctx).vctx, &ops);
+            (lib.set_ops)(&mut (*ctx).vctx, &ops);
             &mut (*ctx).vctx
         }
     }))
@@ -186,9 +195,12 @@ pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
         sh.stop_media();
         sh.log.vctx.store(0, Ordering::Release);
         drop(sh);
-        // SAFETY: undo _verbs_init_and_alloc_context; libibverbs calloc'd the block.
+        // SAFETY: undo _verbs_init_and_alloc_context (whose helpers were
+        // found, or there would be no context); libibverbs calloc'd the block.
         unsafe {
-            verbs_uninit_context(&mut (*ctx).vctx);
+            if let Some(lib) = libibverbs::private() {
+                (lib.uninit_context)(&mut (*ctx).vctx);
+            }
             libc::free(ctx as *mut libc::c_void);
         }
     }));

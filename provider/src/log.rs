@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use xiw_abi::driver::{self, __verbs_log};
+use xiw_abi::driver;
 
 /// Where a device context's diagnostics go.
 pub struct Target {
@@ -57,8 +57,11 @@ fn emit(sh: &Target, level: u32, args: fmt::Arguments) {
     let Ok(msg) = CString::new(format!("xiw: {}: {}\n", sh.ibdev, args)) else {
         return;
     };
+    let Some(lib) = crate::libibverbs::private() else {
+        return;
+    };
     // SAFETY: `vctx` is the live context that owns `sh`; the format takes one C string.
-    unsafe { __verbs_log(vctx as *mut _, level, c"%s".as_ptr(), msg.as_ptr()) };
+    unsafe { (lib.log)(vctx as *mut _, level, c"%s".as_ptr(), msg.as_ptr()) };
 }
 
 /// Whether XIW_DEBUG asks for diagnostics on stderr.

@@ -33,3 +33,34 @@ fn ibv_devinfo_reports_iwarp_and_an_active_port() {
         "{text}"
     );
 }
+
+/// Neither the installed provider nor the `xiw` command links libibverbs'
+/// private ABI (`IBVERBS_PRIVATE_*`): the provider looks its helpers up when
+/// it registers, so both load under any rdma-core, and the provider can say
+/// itself why it does not register under one it does not serve.
+#[test]
+fn nothing_links_the_private_abi_of_libibverbs() {
+    let provider = "/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so";
+    let xiw = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/release/xiw");
+    for file in [provider, xiw] {
+        let out = std::process::Command::new("objdump")
+            .args(["-T", file])
+            .output()
+            .expect("objdump");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{file}:\n{text}");
+        // The provider does call public functions (the check reads symbols).
+        assert!(
+            file != provider || text.contains("IBVERBS_1."),
+            "{file}:\n{text}"
+        );
+        let private: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("IBVERBS_PRIVATE"))
+            .collect();
+        assert!(
+            private.is_empty(),
+            "{file} links private symbols: {private:?}"
+        );
+    }
+}

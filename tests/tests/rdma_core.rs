@@ -2,7 +2,8 @@
 //! trixie chroot made from Debian's archive (`pkg/chroot.sh`), driven by that
 //! release's libibverbs, perftest, ibv_rc_pingpong and its own test suite
 //! (`tests/rdma-core.sh`). The suite must pass but for the same tests as
-//! rdma-core 44.0's (`xiw_tests::pyverbs::MAY_FAIL`).
+//! rdma-core 44.0's (`xiw_tests::pyverbs::MAY_FAIL`). And under Debian
+//! unstable's (65.0), which it does not serve yet, it must refuse cleanly.
 //!
 //! By hand (after a release build and `pkg/install.sh`):
 //! `bash tests/rdma-core.sh trixie 56.1 --pyverbs /tmp/pyverbs.txt`.
@@ -46,4 +47,27 @@ fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
         ),
         Err(e) => panic!("{e}\n{text}"),
     }
+}
+
+/// Debian unstable's rdma-core (65.0 today, private ABI 65) is not served yet: the
+/// provider, installed under the name that libibverbs loads, must say so in
+/// one line and list no device, and the `xiw` command must still work there
+/// (it links no private ABI).
+#[test]
+fn debian_unstable_rdma_core_65_is_refused_in_one_line() {
+    let _g = serial();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = Command::new("bash")
+        .arg(repo.join("tests/rdma-core.sh"))
+        // Whatever release unstable has by then: none past 56 is served.
+        .args(["sid", "-", "--refused"])
+        .output()
+        .expect("running tests/rdma-core.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success(),
+        "tests/rdma-core.sh sid failed:\n{stdout}\n{stderr}"
+    );
 }
