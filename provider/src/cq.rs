@@ -18,15 +18,9 @@ pub trait Assist: Send + Sync {
 
 pub struct Cq {
     pub id: u32,
-    /// The ring in use, one of `rings`.
+    /// The ring in use, owned (a leaked `Box`). Read only with `produce` or
+    /// `consume` held: [`Cq::resize`] replaces and frees it holding both.
     ring: AtomicPtr<Ring>,
-    /// Every ring this CQ had: [`Cq::resize`] replaces the one in use but
-    /// keeps the old one until the CQ goes, so that a reference taken
-    /// before stays good (only the producer and consumer, which the resize
-    /// locks out, touch the entries).
-    /// Boxed: `ring` points into them, and the vector may move its items.
-    #[allow(clippy::vec_box)]
-    rings: Mutex<Vec<Box<Ring>>>,
     produce: parking_lot::Mutex<()>,
     consume: parking_lot::Mutex<()>,
     /// Set when a completion could not be stored; the CQ is then in error.
@@ -38,11 +32,10 @@ pub struct Cq {
 
 impl Cq {
     pub fn new(id: u32, cqe: u32) -> std::io::Result<Cq> {
-        let mut ring = Box::new(Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, id)?);
+        let ring = Box::new(Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, id)?);
         Ok(Cq {
             id,
-            ring: AtomicPtr::new(&mut *ring),
-            rings: Mutex::new(vec![ring]),
+            ring: AtomicPtr::new(Box::into_raw(ring)),
             produce: parking_lot::Mutex::new(()),
             consume: parking_lot::Mutex::new(()),
             overflowed: AtomicBool::new(false),
@@ -52,15 +45,21 @@ impl Cq {
     }
 
     /// The ring in use.
-    pub fn ring(&self) -> &Ring {
-        // SAFETY: the pointer is to a ring in `rings`, boxed and kept until
-        // the CQ is dropped.
+    ///
+    /// # Safety
+    /// The caller holds `produce` or `consume` while it uses the reference
+    /// (so no resize frees the ring meanwhile).
+    unsafe fn ring(&self) -> &Ring {
+        // SAFETY: the pointer is the live owned ring, as the caller's lock
+        // guarantees.
         unsafe { &*self.ring.load(Ordering::Acquire) }
     }
 
     /// Capacity reported to the application.
     pub fn capacity(&self) -> u32 {
-        self.ring().entries - 1
+        let _g = self.produce.lock();
+        // SAFETY: `produce` is held.
+        unsafe { self.ring() }.entries - 1
     }
 
     /// `ibv_resize_cq`: a ring for at least `cqe` completions takes the
@@ -70,12 +69,13 @@ impl Cq {
     pub fn resize(&self, cqe: u32) -> Result<(), i32> {
         let _c = self.consume.lock();
         let _p = self.produce.lock();
-        let old = self.ring();
+        // SAFETY: both locks are held.
+        let old = unsafe { self.ring() };
         let used = old.used();
         if cqe < used {
             return Err(libc::EINVAL);
         }
-        let mut new = Box::new(
+        let new = Box::new(
             Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, self.id)
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
         );
@@ -92,11 +92,10 @@ impl Cq {
         new.publish(used);
         let arm = old.header().arm.load(Ordering::Acquire);
         new.header().arm.store(arm, Ordering::Release);
-        self.ring.store(&mut *new, Ordering::Release);
-        self.rings
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(new);
+        let old = self.ring.swap(Box::into_raw(new), Ordering::AcqRel);
+        // SAFETY: the ring this CQ owned; with both locks held no one holds
+        // a reference to it.
+        drop(unsafe { Box::from_raw(old) });
         Ok(())
     }
 
@@ -104,13 +103,18 @@ impl Cq {
     /// `CQ_ARM_SOLICITED`. Under the producer lock, so no resize loses it.
     pub fn arm(&self, arm: u32) {
         let _g = self.produce.lock();
-        self.ring().header().arm.store(arm, Ordering::Release);
+        // SAFETY: `produce` is held.
+        unsafe { self.ring() }
+            .header()
+            .arm
+            .store(arm, Ordering::Release);
     }
 
     /// Stores one completion; false if the CQ is full (an overrun).
     pub fn push(&self, cqe: Cqe) -> bool {
         let _g = self.produce.lock();
-        let ring = self.ring();
+        // SAFETY: `produce` is held.
+        let ring = unsafe { self.ring() };
         let p = ring.producer();
         if p.wrapping_sub(ring.consumer()) >= ring.entries - 1 {
             self.overflowed.store(true, Ordering::Release);
@@ -126,7 +130,8 @@ impl Cq {
     /// Takes up to `max` completions, handing each to `f`.
     pub fn poll(&self, max: usize, mut f: impl FnMut(usize, &Cqe)) -> usize {
         let _g = self.consume.lock();
-        let ring = self.ring();
+        // SAFETY: `consume` is held.
+        let ring = unsafe { self.ring() };
         let c = ring.consumer();
         let avail = ring.producer().wrapping_sub(c) as usize;
         let n = avail.min(max);
@@ -158,7 +163,8 @@ impl Cq {
 
     /// With the consumer lock held: the completion at the consumer index, if any.
     pub fn head(&self) -> Option<Cqe> {
-        let ring = self.ring();
+        // SAFETY: the caller holds the consumer lock.
+        let ring = unsafe { self.ring() };
         let c = ring.consumer();
         if ring.producer() == c {
             return None;
@@ -169,7 +175,8 @@ impl Cq {
 
     /// With the consumer lock held: consumes the completion at the consumer index.
     pub fn advance(&self) {
-        let ring = self.ring();
+        // SAFETY: the caller holds the consumer lock.
+        let ring = unsafe { self.ring() };
         ring.release(ring.consumer().wrapping_add(1));
     }
 
@@ -197,7 +204,20 @@ impl Cq {
         }
     }
 
+    /// No completion waits (false while another thread is polling: it may
+    /// be taking the last ones).
     pub fn is_empty(&self) -> bool {
-        self.ring().used() == 0
+        let Some(_g) = self.consume.try_lock() else {
+            return false;
+        };
+        // SAFETY: `consume` is held.
+        unsafe { self.ring() }.used() == 0
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: the ring this CQ owns; no one else can reach it any more.
+        drop(unsafe { Box::from_raw(*self.ring.get_mut()) });
     }
 }

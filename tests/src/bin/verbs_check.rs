@@ -42,7 +42,7 @@
 //!   polled when it is resized (`ibv_resize_cq`): below what waits is
 //!   refused (EINVAL), as are 0 and sizes beyond the device's; 256 keeps
 //!   every completion in order and takes more than the old size held; the
-//!   CQ then shrinks again and traffic goes on.
+//!   CQ then goes through 1000 more resizes, shrinks, and traffic goes on.
 //!
 //! - `reconnect`: a Write with a bad rkey puts both QPs in error; then the
 //!   side that connects (the lower address and QPN) goes back through RESET
@@ -2923,6 +2923,12 @@ mod resize {
                 return Err(format!(
                     "completions after growing, in order 0..106: {got:?}"
                 ));
+            }
+            // Many resizes in a row (each frees the ring before it), then 16.
+            for k in 0..1000 {
+                let n = if k % 2 == 0 { 64 } else { 24 };
+                cq.resize(n)
+                    .map_err(|e| format!("ibv_resize_cq({n}), round {k}: {}", ibv::errno_str(e)))?;
             }
             cq.resize(16)
                 .map_err(|e| format!("ibv_resize_cq(16): {}", ibv::errno_str(e)))?;
