@@ -18,21 +18,14 @@ use core::mem::{offset_of, size_of};
 /// The private ABI number this layout belongs to (`verbs_register_driver_34`).
 pub const PRIVATE_ABI: u32 = 34;
 
-/// What differs between the rdma-core releases whose private ABI 34 this
-/// file mirrors.
+/// An rdma-core release whose private ABI 34 this file mirrors; what
+/// differs between them follows from the release number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// The release series (`44` for 44.0) ...
     pub major: u32,
     /// ... and the releases of it that were checked (`None`: every one).
     pub minor: Option<u32>,
-    /// `ibv_qp_ex` ends with `wr_flush` (rdma-core 45 and later).
-    pub qp_ex_flush: bool,
-    /// Offset of `verbs_qp.comp_mask`.
-    pub qp_comp_mask: usize,
-    /// libibverbs exports `ibv_wr_opcode_str` (rdma-core 49 and later): a
-    /// probe that confirms the release a file name claims.
-    pub has_wr_opcode_str: bool,
 }
 
 /// The rdma-core releases this provider serves. v34..v56 share the private
@@ -42,20 +35,30 @@ pub const LAYOUTS: &[Layout] = &[
     Layout {
         major: 44,
         minor: Some(0),
-        qp_ex_flush: false,
-        qp_comp_mask: 352,
-        has_wr_opcode_str: false,
     },
     Layout {
         major: 56,
         minor: None,
-        qp_ex_flush: true,
-        qp_comp_mask: 360,
-        has_wr_opcode_str: true,
     },
 ];
 
 impl Layout {
+    /// `ibv_qp_ex` ends with `wr_flush` (rdma-core 45 and later).
+    pub const fn qp_ex_flush(&self) -> bool {
+        self.major >= 45
+    }
+
+    /// Offset of `verbs_qp.comp_mask`: right after `ibv_qp_ex`.
+    pub const fn qp_comp_mask(&self) -> usize {
+        size_of::<ibv_qp_ex>() + if self.qp_ex_flush() { 8 } else { 0 }
+    }
+
+    /// libibverbs exports `ibv_wr_opcode_str` (rdma-core 49 and later): a
+    /// probe that confirms the release a file name claims.
+    pub const fn has_wr_opcode_str(&self) -> bool {
+        self.major >= 49
+    }
+
     /// The layout of release `major.minor`, if it is one of [`LAYOUTS`].
     pub fn of(major: u32, minor: u32) -> Option<&'static Layout> {
         LAYOUTS
@@ -79,17 +82,18 @@ impl Layout {
     /// 44: `wr_flush` where this release has it, and `comp_mask`.
     pub fn set_qp_tail(&self, q: &mut verbs_qp, comp_mask: u32, wr_flush: Option<WrFlush>) {
         let tail = &mut q.tail;
-        if self.qp_ex_flush {
+        if self.qp_ex_flush() {
             let f = wr_flush.map_or(0, |f| f as usize);
             tail[..size_of::<usize>()].copy_from_slice(&f.to_ne_bytes());
         }
-        let at = self.qp_comp_mask - size_of::<ibv_qp_ex>();
+        let at = self.qp_comp_mask() - size_of::<ibv_qp_ex>();
         tail[at..at + 4].copy_from_slice(&comp_mask.to_ne_bytes());
     }
 
     /// `verbs_qp.comp_mask` as this release places it.
-    pub fn qp_comp_mask_of(&self, q: &verbs_qp) -> u32 {
-        let at = self.qp_comp_mask - size_of::<ibv_qp_ex>();
+    #[cfg(test)]
+    fn qp_comp_mask_of(&self, q: &verbs_qp) -> u32 {
+        let at = self.qp_comp_mask() - size_of::<ibv_qp_ex>();
         u32::from_ne_bytes(q.tail[at..at + 4].try_into().expect("4 bytes"))
     }
 }
@@ -423,8 +427,7 @@ const _: () = {
     let mut i = 0;
     while i < LAYOUTS.len() {
         let l = &LAYOUTS[i];
-        assert!(l.qp_comp_mask >= 352 + if l.qp_ex_flush { 8 } else { 0 });
-        assert!((l.qp_comp_mask + 4).next_multiple_of(8) + 8 <= size_of::<verbs_qp>());
+        assert!((l.qp_comp_mask() + 4).next_multiple_of(8) + 8 <= size_of::<verbs_qp>());
         i += 1;
     }
     assert!(size_of::<ibv_cq>() == 128);
@@ -450,6 +453,8 @@ mod tests {
         assert_eq!(Layout::of(44, 1), None);
         assert_eq!(Layout::of(57, 0), None);
         assert_eq!(Layout::known(), "44.0, 56.x");
+        // As driver.h and verbs.h of v44.0 and v56.1 place it.
+        assert_eq!((l44.qp_comp_mask(), l56.qp_comp_mask()), (352, 360));
         // SAFETY: plain data; all-zero is valid.
         let mut q: verbs_qp = unsafe { core::mem::zeroed() };
         l44.set_qp_tail(&mut q, VERBS_QP_EX, Some(flush_stub));

@@ -525,9 +525,9 @@ impl Shared {
         let done = loop {
             // SAFETY: reading into a local buffer from our own socket.
             let n = unsafe {
-                libc::recv(
+                crate::sock::recv_raw(
                     fd.as_raw_fd(),
-                    sink.as_mut_ptr() as *mut libc::c_void,
+                    sink.as_mut_ptr(),
                     sink.len(),
                     libc::MSG_DONTWAIT,
                 )

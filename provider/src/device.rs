@@ -64,9 +64,11 @@ pub fn device_ops() -> *const verbs_device_ops {
 static INIT: extern "C" fn() = register;
 
 extern "C" fn register() {
+    // Not loaded by libibverbs (the `xiw` command): nothing to register with.
+    if !libibverbs::loaded() {
+        return;
+    }
     let _ = catch_unwind(|| match libibverbs::detect() {
-        // Not loaded by libibverbs (the `xiw` command): nothing to register with.
-        Err(_) if !libibverbs::loaded() => {}
         Ok(l) => {
             libibverbs::set_layout(l);
             let register = libibverbs::private()

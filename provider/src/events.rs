@@ -130,12 +130,7 @@ impl Events {
             // socket's read end, which stays open while the context (and so
             // the object being destroyed) lives.
             let n = unsafe {
-                libc::recv(
-                    self.r,
-                    rec.as_mut_ptr() as *mut libc::c_void,
-                    RECORD,
-                    libc::MSG_DONTWAIT,
-                )
+                crate::sock::recv_raw(self.r, rec.as_mut_ptr(), RECORD, libc::MSG_DONTWAIT)
             };
             st.in_socket = None;
             if n != RECORD as isize {

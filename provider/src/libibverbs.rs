@@ -3,6 +3,7 @@
 //! its private helpers, looked up at run time (`xiw_abi::driver::private`).
 
 use std::ffi::CStr;
+use std::mem::size_of;
 use std::sync::OnceLock;
 
 use xiw_abi::driver::private::{
@@ -22,35 +23,53 @@ pub struct Private {
 /// Whether this process has libibverbs loaded at all (the `xiw` command,
 /// which shares the provider's code, has not).
 pub fn loaded() -> bool {
-    libibverbs().is_some_and(|h| {
-        // SAFETY: drops the reference just taken.
-        unsafe { libc::dlclose(h) };
-        true
-    })
+    Loaded::get().is_some()
 }
 
-/// The already loaded libibverbs (a handle that keeps nothing else loaded).
-fn libibverbs() -> Option<*mut libc::c_void> {
-    // SAFETY: RTLD_NOLOAD only looks up a library that is loaded already:
-    // the one that is loading this provider (or that the program linked).
-    let h = unsafe {
-        libc::dlopen(
-            c"libibverbs.so.1".as_ptr(),
-            libc::RTLD_NOW | libc::RTLD_NOLOAD,
-        )
-    };
-    (!h.is_null()).then_some(h)
+/// A reference to the already loaded libibverbs (one that loads nothing).
+struct Loaded(*mut libc::c_void);
+
+impl Loaded {
+    fn get() -> Option<Loaded> {
+        // SAFETY: RTLD_NOLOAD only looks up a library that is loaded already:
+        // the one that is loading this provider (or that the program linked).
+        let h = unsafe {
+            libc::dlopen(
+                c"libibverbs.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_NOLOAD,
+            )
+        };
+        // `then`, not `then_some`: a Loaded made of a null handle would be dropped,
+        // and closed.
+        (!h.is_null()).then(|| Loaded(h))
+    }
+
+    /// The address of `name` with the symbol version `version`.
+    fn address(&self, name: &CStr, version: &CStr) -> Option<*mut libc::c_void> {
+        // SAFETY: looking a versioned symbol up in a loaded library.
+        let f = unsafe { libc::dlvsym(self.0, name.as_ptr(), version.as_ptr()) };
+        (!f.is_null()).then_some(f)
+    }
+
+    /// A private helper of [`PRIVATE_ABI`] as the function type `F`.
+    ///
+    /// # Safety
+    /// `F` is the C type `name` has in rdma-core's driver.h of that ABI
+    /// (mirrored in `xiw_abi::driver::private`).
+    unsafe fn helper<F: Copy>(&self, name: &CStr) -> Option<F> {
+        const { assert!(size_of::<F>() == size_of::<*mut libc::c_void>()) };
+        let f = self.address(name, p::VERSION)?;
+        // SAFETY: a function address, as the function type the caller names.
+        Some(unsafe { std::mem::transmute_copy::<*mut libc::c_void, F>(&f) })
+    }
 }
 
-/// A symbol of the loaded libibverbs, with the symbol version `version`.
-fn symbol(name: &CStr, version: &CStr) -> Option<*mut libc::c_void> {
-    let h = libibverbs()?;
-    // SAFETY: looking a versioned symbol up in a loaded library.
-    let f = unsafe { libc::dlvsym(h, name.as_ptr(), version.as_ptr()) };
-    // SAFETY: drops the reference dlopen took; the library stays loaded by
-    // whoever loaded it first.
-    unsafe { libc::dlclose(h) };
-    (!f.is_null()).then_some(f)
+impl Drop for Loaded {
+    fn drop(&mut self) {
+        // SAFETY: drops the reference dlopen took; the library stays loaded
+        // by whoever loaded it first.
+        unsafe { libc::dlclose(self.0) };
+    }
 }
 
 /// The private helpers, or `None` if this libibverbs lacks one of them (an
@@ -58,26 +77,16 @@ fn symbol(name: &CStr, version: &CStr) -> Option<*mut libc::c_void> {
 pub fn private() -> Option<&'static Private> {
     static P: OnceLock<Option<Private>> = OnceLock::new();
     P.get_or_init(|| {
-        // SAFETY: each symbol has the C type its name has in rdma-core's
-        // driver.h of this private ABI (mirrored in xiw_abi::driver::private).
+        let lib = Loaded::get()?;
+        // SAFETY: each type is its name's (xiw_abi::driver::private).
         unsafe {
             Some(Private {
-                register_driver: std::mem::transmute::<*mut libc::c_void, RegisterDriver>(
-                    symbol(p::REGISTER_DRIVER, p::VERSION)?,
-                ),
-                init_and_alloc_context: std::mem::transmute::<
-                    *mut libc::c_void,
-                    InitAndAllocContext,
-                >(symbol(p::INIT_AND_ALLOC_CONTEXT, p::VERSION)?),
-                uninit_context: std::mem::transmute::<*mut libc::c_void, UninitContext>(symbol(
-                    p::UNINIT_CONTEXT,
-                    p::VERSION,
-                )?),
-                set_ops: std::mem::transmute::<*mut libc::c_void, SetOps>(symbol(
-                    p::SET_OPS,
-                    p::VERSION,
-                )?),
-                log: std::mem::transmute::<*mut libc::c_void, Log>(symbol(p::LOG, p::VERSION)?),
+                register_driver: lib.helper::<RegisterDriver>(p::REGISTER_DRIVER)?,
+                init_and_alloc_context: lib
+                    .helper::<InitAndAllocContext>(p::INIT_AND_ALLOC_CONTEXT)?,
+                uninit_context: lib.helper::<UninitContext>(p::UNINIT_CONTEXT)?,
+                set_ops: lib.helper::<SetOps>(p::SET_OPS)?,
+                log: lib.helper::<Log>(p::LOG)?,
             })
         }
     })
@@ -117,8 +126,10 @@ pub fn detect() -> Result<&'static Layout, String> {
             "libibverbs of rdma-core {v} lacks the private helpers of ABI {PRIVATE_ABI}"
         ));
     }
-    let has_opcode_str = symbol(c"ibv_wr_opcode_str", p::VERSION).is_some();
-    if has_opcode_str != l.has_wr_opcode_str {
+    let has_opcode_str = Loaded::get()
+        .and_then(|lib| lib.address(c"ibv_wr_opcode_str", p::VERSION))
+        .is_some();
+    if has_opcode_str != l.has_wr_opcode_str() {
         return Err(format!(
             "libibverbs is named as rdma-core {v}, but its symbols are not that release's"
         ));
@@ -131,7 +142,7 @@ pub fn detect() -> Result<&'static Layout, String> {
 fn rdma_core_version() -> Option<String> {
     // SAFETY: an all-zero Dl_info is valid; dladdr fills it for a symbol we link.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let f = symbol(c"ibv_get_device_list", c"IBVERBS_1.1")?;
+    let f = Loaded::get()?.address(c"ibv_get_device_list", c"IBVERBS_1.1")?;
     // SAFETY: the address of a libibverbs function.
     if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;

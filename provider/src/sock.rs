@@ -1,7 +1,8 @@
 //! The TCP side of standalone mode before the data path takes a stream:
 //! listening, accepting and connecting sockets, the MPA frames of the
 //! exchange, and xiw's own private data, which names the two QPs and the
-//! connection attempt.
+//! connection attempt; and the bare socket calls every part of the provider
+//! makes (`send_raw`, `recv_raw`, `sendmsg_raw`: no cancellation points).
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -26,10 +27,10 @@ pub const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
 /// Then, optionally, the connection attempt's stamp (older xiw sent none: 0).
 pub const PD_STAMP_LEN: usize = 8;
 
-/// `send(2)` on the data path, made as the bare system call. libc's
-/// wrapper is a thread cancellation point: a program cancelling a thread
-/// inside `ibv_post_send` would leave the QP's locks held. The bare call is
-/// no cancellation point, and costs less. Arguments and result as `send(2)`.
+/// `send(2)` made as the bare system call. libc's wrapper is a thread
+/// cancellation point: a program cancelling a thread inside `ibv_post_send`
+/// (or any verb) would leave the provider's locks held. The bare call is no
+/// cancellation point, and costs less. Arguments and result as `send(2)`.
 ///
 /// # Safety
 /// `buf` must be `len` readable bytes.
@@ -115,9 +116,9 @@ pub fn read_frame(fd: RawFd, reader: &mut setup::FrameReader) -> io::Result<Opti
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // SAFETY: receiving at most `want` (<= the chunk's size) bytes into a live buffer.
         let n = unsafe {
-            libc::recv(
+            recv_raw(
                 fd,
-                chunk.as_mut_ptr() as *mut libc::c_void,
+                chunk.as_mut_ptr(),
                 want.min(chunk.len()),
                 libc::MSG_DONTWAIT,
             )
@@ -211,9 +212,9 @@ pub fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
     while !data.is_empty() {
         // SAFETY: sending from a live slice on our socket.
         let n = unsafe {
-            libc::send(
+            send_raw(
                 fd,
-                data.as_ptr() as *const libc::c_void,
+                data.as_ptr(),
                 data.len(),
                 libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
             )

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// A CQ size the device takes (1 to `max_cqe`).
+fn cqe_in_range(cqe: i32) -> bool {
+    (1..=MAX_CQE as i64).contains(&i64::from(cqe))
+}
+
 pub(super) fn new_cq(
     ctx: *mut ibv_context,
     cqe: i32,
@@ -12,7 +17,7 @@ pub(super) fn new_cq(
 ) -> Result<*mut XiwCq, i32> {
     // SAFETY: ctx is ours.
     let sh = unsafe { shared(ctx) };
-    if cqe <= 0 || cqe as u32 > MAX_CQE || !(0..i64::from(COMP_VECTORS)).contains(&vector) {
+    if !cqe_in_range(cqe) || !(0..i64::from(COMP_VECTORS)).contains(&vector) {
         return Err(libc::EINVAL);
     }
     if !channel.is_null() {
@@ -135,7 +140,7 @@ pub(super) unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: i32) -> i32 {
         if cq.is_null() {
             return libc::EINVAL;
         }
-        if cqe <= 0 || cqe as u32 > MAX_CQE {
+        if !cqe_in_range(cqe) {
             return libc::EINVAL;
         }
         // SAFETY: cq is ours.

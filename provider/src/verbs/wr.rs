@@ -249,7 +249,6 @@ pub(super) unsafe extern "C" fn wr_atomic_write(
     })
 }
 
-/// Starts an xiw-only WR (xiwdv.h) on a QP the caller says is xiw's.
 /// `enum ibv_placement_type` (rdma-core 45 and later) and xiwdv's.
 const PLACEMENT_GLOBAL: u8 = 1 << 0;
 const PLACEMENT_PERSISTENT: u8 = 1 << 1;
@@ -306,6 +305,7 @@ pub(crate) fn flush_wqe(rkey: u32, addr: u64, len: usize, flags: u8) -> impl FnO
     }
 }
 
+/// Starts an xiw-only WR (xiwdv.h) on a QP the caller says is xiw's.
 pub(crate) fn begin_dv(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
     begin(q, opcode, set)
 }
