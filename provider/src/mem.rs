@@ -67,6 +67,30 @@ impl Mr {
     }
 }
 
+/// The attributes of a registered MR (see [`MrTable::view`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrView {
+    pub pd: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub iova: u64,
+    pub access: u32,
+    pub hash: Option<Hash>,
+}
+
+impl Mr {
+    fn view(&self) -> MrView {
+        MrView {
+            pd: self.pd,
+            addr: self.addr,
+            len: self.len,
+            iova: self.iova,
+            access: self.access,
+            hash: self.ext.as_ref().and_then(|e| e.hash),
+        }
+    }
+}
+
 /// What an MR is registered as: its PD, host address, length, the address
 /// the peer uses for its first byte, access flags and flush/verify attributes.
 pub struct MrSpec {
@@ -142,21 +166,25 @@ impl MrTable {
         index << 8 | key as u32
     }
 
-    /// Gives the MR `stag` the attributes `f` makes of its present ones
-    /// (`ibv_rereg_mr`), keeping its STag. `f` runs under the write lock, so
-    /// no access is in flight and no other change comes between; an error of
-    /// `f` leaves the MR as it was. A Local Invalidate done before is undone:
-    /// the MR is registered anew. None if `stag` names no MR.
-    pub fn reregister<E>(
-        &self,
-        stag: u32,
-        f: impl FnOnce(&Mr) -> Result<MrSpec, E>,
-    ) -> Option<Result<(), E>> {
+    /// What the MR `stag` is registered as now; None if `stag` names no MR.
+    pub fn view(&self, stag: u32) -> Option<MrView> {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        lookup(&s, stag).ok().map(Mr::view)
+    }
+
+    /// Registers the MR `stag` anew as `spec`, keeping its STag
+    /// (`ibv_rereg_mr`), if it is still what `was` says: the caller computes
+    /// `spec` from `was` without the table locked, and tries again on
+    /// `Some(false)` (another change came between). Under the write lock, so
+    /// no access is in flight across the change. A Local Invalidate done
+    /// before is undone. None if `stag` names no MR.
+    pub fn replace(&self, stag: u32, was: &MrView, spec: MrSpec) -> Option<bool> {
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        let spec = f(lookup(&s, stag).ok()?);
-        Some(spec.map(|spec| {
-            s.mrs[(stag >> 8) as usize] = Some(spec.into_mr(stag as u8));
-        }))
+        if lookup(&s, stag).ok()?.view() != *was {
+            return Some(false);
+        }
+        s.mrs[(stag >> 8) as usize] = Some(spec.into_mr(stag as u8));
+        Some(true)
     }
 
     /// Removes an MR; waits for any access in progress (it holds the read lock).
@@ -435,6 +463,39 @@ pub const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A replacement computed from a view applies only while the MR is still
+    /// what the view says, and keeps the STag.
+    #[test]
+    fn replace_applies_only_to_the_mr_it_was_made_for() {
+        let t = MrTable::default();
+        let spec = |addr, access| MrSpec {
+            pd: 1,
+            addr,
+            len: 64,
+            iova: addr,
+            access,
+            ext: None,
+        };
+        let stag = t.register(1, 0x1000, 64, 0x1000, IBV_ACCESS_LOCAL_WRITE);
+        let old = t.view(stag).expect("registered");
+        assert_eq!((old.addr, old.access), (0x1000, IBV_ACCESS_LOCAL_WRITE));
+        assert_eq!(
+            t.replace(stag, &old, spec(0x2000, IBV_ACCESS_LOCAL_WRITE)),
+            Some(true)
+        );
+        assert_eq!(
+            t.view(stag).map(|v| v.addr),
+            Some(0x2000),
+            "same STag, new place"
+        );
+        // `old` no longer describes it: a change made from it is refused.
+        assert_eq!(t.replace(stag, &old, spec(0x3000, 0)), Some(false));
+        assert_eq!(t.view(stag).map(|v| v.addr), Some(0x2000));
+        assert!(t.deregister(stag));
+        assert_eq!(t.view(stag), None);
+        assert_eq!(t.replace(stag, &old, spec(0x3000, 0)), None);
+    }
 
     #[test]
     fn stag_checks() {

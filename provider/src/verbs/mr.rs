@@ -342,8 +342,11 @@ unsafe fn rereg(
     } else {
         None
     };
-    let mut kept = 0;
-    let r = sh.mrs.reregister(stag, |old| {
+    // The checks (the process's mappings, the medium behind the memory) run
+    // without the MR table locked; the change applies only to the MR they
+    // were made for.
+    let kept = loop {
+        let old = sh.mrs.view(stag).ok_or(libc::EINVAL)?;
         // A new translation is tagged from its own address, as registration does.
         let (addr, len, iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
             (addr, len, addr)
@@ -356,26 +359,24 @@ unsafe fn rereg(
         } else {
             old.access & !mem::ACCESS_VERIFY
         };
-        let hash = old.ext.as_ref().and_then(|e| e.hash);
-        let (access, ext) = checked(sh, addr, len, access, hash)?;
-        kept = access;
-        Ok(mem::MrSpec {
+        let (access, ext) = checked(sh, addr, len, access, old.hash).map_err(|(e, why)| {
+            crate::log::debug(&sh.log, format_args!("rereg_mr: {why}"));
+            e
+        })?;
+        let spec = mem::MrSpec {
             pd: new_pd.unwrap_or(old.pd),
             addr,
             len,
             iova,
             access: access | internal,
             ext,
-        })
-    });
-    match r {
-        None => return Err(libc::EINVAL),
-        Some(Err((e, why))) => {
-            crate::log::debug(&sh.log, format_args!("rereg_mr: {why}"));
-            return Err(e);
+        };
+        match sh.mrs.replace(stag, &old, spec) {
+            None => return Err(libc::EINVAL),
+            Some(true) => break access,
+            Some(false) => continue,
         }
-        Some(Ok(())) => {}
-    }
+    };
     // SAFETY: vmr is ours; libibverbs updates pd, addr and length itself.
     unsafe { (*vmr).access = kept as i32 };
     Ok(())
