@@ -101,6 +101,21 @@ pub fn judge(text: &str, min_ok: usize) -> Result<Counts, String> {
     Ok(c)
 }
 
+/// [`judge`], then the counts on stderr under `label`; a failure panics
+/// with the whole output.
+pub fn check(label: &str, text: &str, min_ok: usize) {
+    match judge(text, min_ok) {
+        Ok(c) => eprintln!(
+            "pyverbs ({label}): {} ok, {} skipped, {} failed or errors {:?}",
+            c.ok,
+            c.skipped,
+            c.failed.len(),
+            c.failed
+        ),
+        Err(e) => panic!("{e}\n{text}"),
+    }
+}
+
 #[cfg(test)]
 mod parse_tests {
     use super::*;

@@ -8,24 +8,23 @@
 //! By hand (after a release build and `pkg/install.sh`):
 //! `bash tests/rdma-core.sh trixie 56.1 --pyverbs /tmp/pyverbs.txt`.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
 use xiw_tests::harness::serial;
-use xiw_tests::pyverbs::judge;
+use xiw_tests::pyverbs::check;
 
 /// Fewest of rdma-core 56.1's tests that must pass.
 const MIN_OK_56: usize = 52;
 
-#[test]
-fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
-    let _g = serial();
+/// Runs `tests/rdma-core.sh` with `args`; fails the test with its output
+/// unless it succeeds. Prints what it printed.
+fn rdma_core_sh(args: &[&OsStr]) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out_file = std::env::temp_dir().join(format!("xiw-pyverbs-56-{}.txt", std::process::id()));
     let out = Command::new("bash")
         .arg(repo.join("tests/rdma-core.sh"))
-        .args(["trixie", "56.1", "--pyverbs"])
-        .arg(&out_file)
+        .args(args)
         .output()
         .expect("running tests/rdma-core.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -33,20 +32,23 @@ fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
     eprintln!("{stdout}");
     assert!(
         out.status.success(),
-        "tests/rdma-core.sh trixie failed:\n{stdout}\n{stderr}"
+        "tests/rdma-core.sh {args:?} failed:\n{stdout}\n{stderr}"
     );
+}
+
+#[test]
+fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
+    let _g = serial();
+    let out_file = std::env::temp_dir().join(format!("xiw-pyverbs-56-{}.txt", std::process::id()));
+    rdma_core_sh(&[
+        "trixie".as_ref(),
+        "56.1".as_ref(),
+        "--pyverbs".as_ref(),
+        out_file.as_os_str(),
+    ]);
     let text = std::fs::read_to_string(&out_file).expect("the suite's output");
     let _ = std::fs::remove_file(&out_file);
-    match judge(&text, MIN_OK_56) {
-        Ok(c) => eprintln!(
-            "pyverbs (rdma-core 56.1 tests): {} ok, {} skipped, {} failed or errors {:?}",
-            c.ok,
-            c.skipped,
-            c.failed.len(),
-            c.failed
-        ),
-        Err(e) => panic!("{e}\n{text}"),
-    }
+    check("rdma-core 56.1 tests", &text, MIN_OK_56);
 }
 
 /// Debian unstable's rdma-core (65.0 today, private ABI 65) is not served yet: the
@@ -56,18 +58,6 @@ fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
 #[test]
 fn debian_unstable_rdma_core_65_is_refused_in_one_line() {
     let _g = serial();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(repo.join("tests/rdma-core.sh"))
-        // Whatever release unstable has by then: none past 56 is served.
-        .args(["sid", "-", "--refused"])
-        .output()
-        .expect("running tests/rdma-core.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "tests/rdma-core.sh sid failed:\n{stdout}\n{stderr}"
-    );
+    // Whatever release unstable has by then: none past 56 is served.
+    rdma_core_sh(&["sid".as_ref(), "-".as_ref(), "--refused".as_ref()]);
 }

@@ -249,6 +249,26 @@ impl Oob {
     }
 
     /// Sends `key=value` pairs and returns the peer's.
+    /// The greeting a scenario starts with: each side's QPN and GID, the
+    /// client's seed (which the server follows), and `extra` values.
+    fn greet(&mut self, a: &Args, dev: &Dev, qpn: u32, extra: &[(&str, String)]) -> Res<Peer> {
+        let mut kv = vec![
+            ("qpn", qpn.to_string()),
+            ("gid", hex(&dev.gid)),
+            ("seed", a.seed.to_string()),
+        ];
+        kv.extend_from_slice(extra);
+        let m = self.exchange(&kv)?;
+        let gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
+        let qpn = get(&m, "qpn")?;
+        let seed = if a.server.is_some() {
+            a.seed
+        } else {
+            get(&m, "seed")?
+        };
+        Ok(Peer { gid, qpn, seed, m })
+    }
+
     fn exchange(&mut self, kv: &[(&str, String)]) -> Res<HashMap<String, String>> {
         let line: Vec<String> = kv.iter().map(|(k, v)| format!("{k}={v}")).collect();
         self.send(&line.join(" "))?;
@@ -300,6 +320,16 @@ fn on_device(a: &Args, body: fn(&Args, &Dev) -> Res<String>) -> Res<String> {
         fail_fast(e);
     }
     r
+}
+
+/// What [`Oob::greet`] learnt of the peer.
+struct Peer {
+    gid: [u8; 16],
+    qpn: u32,
+    /// The client's seed, on both sides.
+    seed: u64,
+    /// Everything the peer sent.
+    m: HashMap<String, String>,
 }
 
 fn get<T: std::str::FromStr>(m: &HashMap<String, String>, k: &str) -> Res<T> {
@@ -2477,15 +2507,21 @@ mod stall {
         let (tgt, rbuf, src) = (mr(SLOTS * MSG)?, mr(RECVS * MSG)?, mr(SRC_SLOTS * MSG)?);
         tgt.fill(0, tgt.len(), POISON);
         rbuf.fill(0, rbuf.len(), POISON);
-        let m = oob.exchange(&[
-            ("qpn", qp.qpn().to_string()),
-            ("gid", hex(&dev.gid)),
-            ("tgt", tgt.addr().to_string()),
-            ("tgtk", tgt.rkey().to_string()),
-            ("pid", std::process::id().to_string()),
-            ("seed", a.seed.to_string()),
-        ])?;
-        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
+        let Peer {
+            gid: peer_gid,
+            qpn: peer_qpn,
+            seed,
+            m,
+        } = oob.greet(
+            a,
+            dev,
+            qp.qpn(),
+            &[
+                ("tgt", tgt.addr().to_string()),
+                ("tgtk", tgt.rkey().to_string()),
+                ("pid", std::process::id().to_string()),
+            ],
+        )?;
         qp.to_init(ALL_ACCESS)?;
         if !client {
             let recvs: Vec<RecvWr> = (0..RECVS)
@@ -2498,11 +2534,11 @@ mod stall {
             qp.post_recv(&recvs)
                 .map_err(|(i, e)| format!("ibv_post_recv refused WR {i}: {}", ibv::errno_str(e)))?;
         }
-        qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
+        qp.to_rts(peer_gid, peer_qpn, RD_ATOMIC)?;
         oob.sync("ready", &Ok(()))?;
         if client {
             let peer = (get::<u64>(&m, "tgt")?, get::<u32>(&m, "tgtk")?);
-            let r = send_all(&qp, &scq, &src, peer, get(&m, "pid")?, a.seed);
+            let r = send_all(&qp, &scq, &src, peer, get(&m, "pid")?, seed);
             // The server must run again whatever happened here.
             let _ = signal(get(&m, "pid")?, libc::SIGCONT);
             let (n, sends) = r?;
@@ -2512,7 +2548,6 @@ mod stall {
                 "{n} messages ({sends} Sends) in order after the peer stalled"
             ))
         } else {
-            let seed: u64 = get(&m, "seed")?;
             let peer = oob.exchange(&[])?;
             let (n, sends): (u64, usize) = (get(&peer, "n")?, get(&peer, "sends")?);
             let r = check_server(&rcq, &rbuf, &tgt, seed, n, sends);
@@ -2715,15 +2750,20 @@ mod rereg {
         let mut tgt = mr(LEN, writable)?;
         tgt.fill(0, LEN, POISON);
         let bufs = mr(2 * LEN, ALL_ACCESS)?;
-        let m = oob.exchange(&[
-            ("qpn", qp.qpn().to_string()),
-            ("gid", hex(&dev.gid)),
-            ("tgt", tgt.addr().to_string()),
-            ("tgtk", tgt.rkey().to_string()),
-            ("seed", a.seed.to_string()),
-        ])?;
-        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
-        let seed: u64 = if client { a.seed } else { get(&m, "seed")? };
+        let Peer {
+            gid: peer_gid,
+            qpn: peer_qpn,
+            seed,
+            m,
+        } = oob.greet(
+            a,
+            dev,
+            qp.qpn(),
+            &[
+                ("tgt", tgt.addr().to_string()),
+                ("tgtk", tgt.rkey().to_string()),
+            ],
+        )?;
         let (w1, w2) = (payload(mix(seed, &[1]), LEN), payload(mix(seed, &[2]), LEN));
         qp.to_init(ALL_ACCESS)?;
         if !client {
@@ -2737,7 +2777,7 @@ mod rereg {
             qp.post_recv(&recvs)
                 .map_err(|(i, e)| format!("ibv_post_recv WR {i}: {}", ibv::errno_str(e)))?;
         }
-        qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
+        qp.to_rts(peer_gid, peer_qpn, RD_ATOMIC)?;
         oob.sync("ready", &Ok(()))?;
         let signaled = |wr_id, opcode, sge, remote: (u64, u32)| SendWr {
             wr_id,
@@ -2858,15 +2898,22 @@ mod resize {
         )
         .map_err(|e| format!("ibv_reg_mr: {e}"))?;
         let src = Mr::new(&dev.pd, 4096, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"))?;
-        let m = oob.exchange(&[
-            ("qpn", qp.qpn().to_string()),
-            ("gid", hex(&dev.gid)),
-            ("tgt", tgt.addr().to_string()),
-            ("tgtk", tgt.rkey().to_string()),
-        ])?;
-        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
+        let Peer {
+            gid: peer_gid,
+            qpn: peer_qpn,
+            m,
+            ..
+        } = oob.greet(
+            a,
+            dev,
+            qp.qpn(),
+            &[
+                ("tgt", tgt.addr().to_string()),
+                ("tgtk", tgt.rkey().to_string()),
+            ],
+        )?;
         qp.to_init(ALL_ACCESS)?;
-        qp.to_rts(peer_gid, get(&m, "qpn")?, RD_ATOMIC)?;
+        qp.to_rts(peer_gid, peer_qpn, RD_ATOMIC)?;
         oob.sync("ready", &Ok(()))?;
         let mut line = String::from("server");
         if client {
@@ -2959,16 +3006,20 @@ mod reconnect {
         let mut oob = Oob::open(a)?;
         let (cq, qp) = small_qp(dev)?;
         let buf = Mr::new(&dev.pd, 4096, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"))?;
-        let m = oob.exchange(&[
-            ("qpn", qp.qpn().to_string()),
-            ("gid", hex(&dev.gid)),
-            ("addr", buf.addr().to_string()),
-            ("rkey", buf.rkey().to_string()),
-            ("seed", a.seed.to_string()),
-        ])?;
-        let seed: u64 = if client { a.seed } else { get(&m, "seed")? };
-        let peer_gid = unhex16(m.get("gid").ok_or("no gid from the peer")?)?;
-        let peer_qpn: u32 = get(&m, "qpn")?;
+        let Peer {
+            gid: peer_gid,
+            qpn: peer_qpn,
+            seed,
+            m,
+        } = oob.greet(
+            a,
+            dev,
+            qp.qpn(),
+            &[
+                ("addr", buf.addr().to_string()),
+                ("rkey", buf.rkey().to_string()),
+            ],
+        )?;
         let remote = (get::<u64>(&m, "addr")?, get::<u32>(&m, "rkey")?);
         // Standalone mode connects from the lower (GID, QPN) to the higher.
         let initiator = (dev.gid, qp.qpn()) < (peer_gid, peer_qpn);
