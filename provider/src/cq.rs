@@ -203,16 +203,6 @@ impl Cq {
             qp.assist();
         }
     }
-
-    /// No completion waits (false while another thread is polling: it may
-    /// be taking the last ones).
-    pub fn is_empty(&self) -> bool {
-        let Some(_g) = self.consume.try_lock() else {
-            return false;
-        };
-        // SAFETY: `consume` is held.
-        unsafe { self.ring() }.used() == 0
-    }
 }
 
 impl Drop for Cq {

@@ -263,18 +263,26 @@ pub(super) unsafe extern "C" fn cq_start_poll(
     guard(libc::EIO, || {
         // SAFETY: cq is ours.
         let c = unsafe { cq_ex(cq) };
-        if c.cq.is_empty() {
-            c.cq.assist();
+        // As poll_cq: an empty CQ lets this thread do a QP's data-path work,
+        // then looks again.
+        let load = || {
+            c.cq.lock_consumer();
+            // SAFETY: lock held.
+            let r = unsafe { cq_load(cq, c) };
+            if r == libc::ENOENT {
+                // No end_poll follows an empty start_poll.
+                // SAFETY: we took the lock just above.
+                unsafe { c.cq.unlock_consumer() };
+            }
+            r
+        };
+        match load() {
+            libc::ENOENT => {
+                c.cq.assist();
+                load()
+            }
+            r => r,
         }
-        c.cq.lock_consumer();
-        // SAFETY: lock held.
-        let r = unsafe { cq_load(cq, c) };
-        if r == libc::ENOENT {
-            // No end_poll follows an empty start_poll.
-            // SAFETY: we took the lock just above.
-            unsafe { c.cq.unlock_consumer() };
-        }
-        r
     })
 }
 
