@@ -54,6 +54,9 @@ provider_dir=$libdir/libibverbs
 # also the library's soname.
 soname=libxiw-rdmav34.so
 lib_dst=$provider_dir/$soname
+# rdma-core 65 loads providers of its private ABI 65 by that number: the same
+# library serves it (it finds the release it runs under when it loads).
+abi_link_dsts=("$provider_dir/libxiw-rdmav65.so")
 driver_dst=/etc/libibverbs.d/xiw.driver
 bin_dst=/usr/local/bin/xiw
 
@@ -92,6 +95,9 @@ remove_link() {
 if [[ $mode == uninstall ]]; then
     for l in "${link_dsts[@]}"; do
         remove_link "$l" "$link_target"
+    done
+    for l in "${abi_link_dsts[@]}"; do
+        remove_link "$l" "$soname"
     done
     for l in "${man_alias_dsts[@]}"; do
         remove_link "$l" xiwdv.3
@@ -147,6 +153,10 @@ fi
 # the old library mapped keep running on their copy.
 install -D -m 0644 "$lib_src" "$lib_dst"
 echo "installed $lib_dst (from $lib_src)" >&2
+for l in "${abi_link_dsts[@]}"; do
+    ln -sfn -- "$soname" "$l"
+    echo "installed $l -> $soname" >&2
+done
 install -D -m 0644 "$repo/pkg/xiw.driver" "$driver_dst"
 echo "installed $driver_dst" >&2
 install -D -m 0755 "$bin_src" "$bin_dst"

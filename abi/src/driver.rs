@@ -1,13 +1,17 @@
-//! The private provider ABI of rdma-core (`IBVERBS_PRIVATE_34`), as rdma-core
-//! 44 (Debian 12) and 56 (Debian 13) lay it out.
+//! The private provider ABI of rdma-core, as rdma-core 44 (Debian 12), 56
+//! (Debian 13) and 65 (Debian unstable) lay it out.
 //!
 //! `infiniband/driver.h` is internal to rdma-core and not installed, so these
-//! structures are mirrored by hand from rdma-core v44.0. Sizes and offsets are
-//! asserted at compile time; a mismatch breaks the build, not a program. The
-//! one difference between the two releases a provider meets is in
-//! `verbs_qp`: rdma-core 45 appended `wr_flush` to `ibv_qp_ex`, which moves
-//! the fields behind it; [`Layout`] says where they are, and `verbs_qp`
-//! leaves room for both.
+//! structures are mirrored by hand from rdma-core v44.0; what later releases
+//! changed follows from the release number ([`Layout`]). Sizes and offsets
+//! are asserted at compile time; a mismatch breaks the build, not a program.
+//! What differs between the releases served:
+//! - rdma-core 45 appended `wr_flush` to `ibv_qp_ex`, which moves the fields
+//!   of `verbs_qp` behind it; `verbs_qp` leaves room for both.
+//! - rdma-core 65 (private ABI 65) added six entries at the front of
+//!   `verbs_context` (its `ibv_context` stays last) and 17 to
+//!   `verbs_context_ops`, which stays in alphabetical order; the helpers
+//!   carry the symbol version `IBVERBS_PRIVATE_65`.
 
 #![allow(non_camel_case_types)]
 
@@ -15,11 +19,8 @@ use crate::verbs::*;
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::{offset_of, size_of};
 
-/// The private ABI number this layout belongs to (`verbs_register_driver_34`).
-pub const PRIVATE_ABI: u32 = 34;
-
-/// An rdma-core release whose private ABI 34 this file mirrors; what
-/// differs between them follows from the release number.
+/// An rdma-core release whose private ABI this file mirrors; what differs
+/// between them follows from the release number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// The release series (`44` for 44.0) ...
@@ -28,9 +29,10 @@ pub struct Layout {
     pub minor: Option<u32>,
 }
 
-/// The rdma-core releases this provider serves. v34..v56 share the private
-/// ABI number, but only the layouts checked here are accepted: 44.0 (Debian
-/// 12) and 56.x (Debian 13; 56.1 to 56.4 have the same driver.h and verbs.h).
+/// The rdma-core releases this provider serves: 44.0 (Debian 12), 56.x
+/// (Debian 13; 56.1 to 56.4 have the same driver.h and verbs.h), both of
+/// private ABI 34, and 65.0 (Debian unstable), private ABI 65. Releases in
+/// between (57 to 64) moved the ABI in other ways and are not accepted.
 pub const LAYOUTS: &[Layout] = &[
     Layout {
         major: 44,
@@ -40,9 +42,34 @@ pub const LAYOUTS: &[Layout] = &[
         major: 56,
         minor: None,
     },
+    Layout {
+        major: 65,
+        minor: Some(0),
+    },
 ];
 
+/// The bytes rdma-core 65 puts in `verbs_context` in front of rdma-core 44's
+/// fields: `free_buf`, `alloc_buf`, `dm_export_dmabuf_fd`, `reg_mr_ex`,
+/// `dealloc_dmah`, `alloc_dmah`.
+pub const CONTEXT_FRONT_65: usize = 6 * size_of::<usize>();
+
+/// Room for the entries any served release has in front of rdma-core 44's
+/// `verbs_context` (a provider context starts with it, see
+/// [`Layout::context_front`]).
+pub type ContextFront = [usize; CONTEXT_FRONT_65 / size_of::<usize>()];
+
 impl Layout {
+    /// The private ABI number: the provider file name
+    /// (`libxiw-rdmavN.so`), `verbs_register_driver_N` and the symbol
+    /// version `IBVERBS_PRIVATE_N` of the helpers.
+    pub const fn private_abi(&self) -> u32 {
+        if self.major >= 65 {
+            65
+        } else {
+            34
+        }
+    }
+
     /// `ibv_qp_ex` ends with `wr_flush` (rdma-core 45 and later).
     pub const fn qp_ex_flush(&self) -> bool {
         self.major >= 45
@@ -59,6 +86,41 @@ impl Layout {
         self.major >= 49
     }
 
+    /// How many bytes this release's `verbs_context` has in front of the
+    /// fields of rdma-core 44's: a provider context that starts with a
+    /// [`ContextFront`] and then rdma-core 44's `verbs_context` hands this
+    /// release the context `ContextFront` bytes minus this into it, so that
+    /// `ibv_context` (last in every release) is where it expects.
+    pub const fn context_front(&self) -> usize {
+        if self.major >= 65 {
+            CONTEXT_FRONT_65
+        } else {
+            0
+        }
+    }
+
+    /// `ops` (in rdma-core 44's order) as this release's `verbs_context_ops`:
+    /// entries it added are NULL (libibverbs then answers EOPNOTSUPP). The
+    /// table is longer than the release reads where it has fewer entries.
+    pub fn ops_table(&self, ops: &verbs_context_ops) -> [Op; OPS_MAX] {
+        const { assert!(size_of::<verbs_context_ops>() == OPS_44.len() * size_of::<Op>()) };
+        // SAFETY: verbs_context_ops is repr(C), OPS_44.len() entries of Op.
+        let old: [Op; OPS_44.len()] = unsafe { core::mem::transmute_copy(ops) };
+        let mut out = [None; OPS_MAX];
+        let added: &[&str] = if self.major >= 65 { OPS_ADDED_65 } else { &[] };
+        // Both lists are in alphabetical order, as the release's struct is.
+        let (mut i, mut j) = (0, 0);
+        for slot in out.iter_mut().take(OPS_44.len() + added.len()) {
+            if j < added.len() && (i == OPS_44.len() || added[j] < OPS_44[i]) {
+                j += 1;
+            } else {
+                *slot = old[i];
+                i += 1;
+            }
+        }
+        out
+    }
+
     /// The layout of release `major.minor`, if it is one of [`LAYOUTS`].
     pub fn of(major: u32, minor: u32) -> Option<&'static Layout> {
         LAYOUTS
@@ -66,7 +128,7 @@ impl Layout {
             .find(|l| l.major == major && l.minor.is_none_or(|m| m == minor))
     }
 
-    /// The releases served, for messages: "44.0, 56.x".
+    /// The releases served, for messages: "44.0, 56.x, 65.0".
     pub fn known() -> String {
         LAYOUTS
             .iter()
@@ -97,6 +159,110 @@ impl Layout {
         u32::from_ne_bytes(q.tail[at..at + 4].try_into().expect("4 bytes"))
     }
 }
+
+/// The entries of rdma-core 44's `verbs_context_ops` (also 56's), in order.
+pub const OPS_44: [&str; 76] = [
+    "advise_mr",
+    "alloc_dm",
+    "alloc_mw",
+    "alloc_null_mr",
+    "alloc_parent_domain",
+    "alloc_pd",
+    "alloc_td",
+    "async_event",
+    "attach_counters_point_flow",
+    "attach_mcast",
+    "bind_mw",
+    "close_xrcd",
+    "cq_event",
+    "create_ah",
+    "create_counters",
+    "create_cq",
+    "create_cq_ex",
+    "create_flow",
+    "create_flow_action_esp",
+    "create_qp",
+    "create_qp_ex",
+    "create_rwq_ind_table",
+    "create_srq",
+    "create_srq_ex",
+    "create_wq",
+    "dealloc_mw",
+    "dealloc_pd",
+    "dealloc_td",
+    "dereg_mr",
+    "destroy_ah",
+    "destroy_counters",
+    "destroy_cq",
+    "destroy_flow",
+    "destroy_flow_action",
+    "destroy_qp",
+    "destroy_rwq_ind_table",
+    "destroy_srq",
+    "destroy_wq",
+    "detach_mcast",
+    "free_context",
+    "free_dm",
+    "get_srq_num",
+    "import_dm",
+    "import_mr",
+    "import_pd",
+    "modify_cq",
+    "modify_flow_action_esp",
+    "modify_qp",
+    "modify_qp_rate_limit",
+    "modify_srq",
+    "modify_wq",
+    "open_qp",
+    "open_xrcd",
+    "poll_cq",
+    "post_recv",
+    "post_send",
+    "post_srq_ops",
+    "post_srq_recv",
+    "query_device_ex",
+    "query_ece",
+    "query_port",
+    "query_qp",
+    "query_qp_data_in_order",
+    "query_rt_values",
+    "query_srq",
+    "read_counters",
+    "reg_dm_mr",
+    "reg_dmabuf_mr",
+    "reg_mr",
+    "req_notify_cq",
+    "rereg_mr",
+    "resize_cq",
+    "set_ece",
+    "unimport_dm",
+    "unimport_mr",
+    "unimport_pd",
+];
+
+/// The entries rdma-core 65 added to `verbs_context_ops`, in order.
+pub const OPS_ADDED_65: &[&str] = &[
+    "alloc_buf",
+    "alloc_dmah",
+    "create_comp_cntr",
+    "dealloc_dmah",
+    "destroy_comp_cntr",
+    "dm_export_dmabuf_fd",
+    "free_buf",
+    "inc_comp_cntr",
+    "inc_err_comp_cntr",
+    "qp_attach_comp_cntr",
+    "query_comp_cntr_caps",
+    "query_port_speed",
+    "read_comp_cntr",
+    "read_err_comp_cntr",
+    "reg_mr_ex",
+    "set_comp_cntr",
+    "set_err_comp_cntr",
+];
+
+/// The most entries a served release's `verbs_context_ops` has (65's 93).
+pub const OPS_MAX: usize = 93;
 
 /// `ibv_qp_ex.wr_flush` (rdma-core 45 and later).
 pub type WrFlush = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
@@ -240,7 +406,8 @@ pub struct verbs_srq {
     pub srq_num: u32,
 }
 
-type Op = Option<unsafe extern "C" fn()>;
+/// An entry of `verbs_context_ops` xiw leaves NULL (or any entry, untyped).
+pub type Op = Option<unsafe extern "C" fn()>;
 
 /// `struct verbs_context_ops`: 76 entries in rdma-core 44's (alphabetical) order.
 /// Entries xiw implements are typed; the rest are left NULL, which libibverbs
@@ -364,18 +531,30 @@ impl verbs_context_ops {
 #[link(name = "ibverbs")]
 extern "C" {}
 
-/// The private helpers of libibverbs a provider calls, with the symbol
-/// version of [`PRIVATE_ABI`] (`IBVERBS_PRIVATE_34`). They are looked up at
-/// run time (`dlvsym`), not linked: a program or library that links them
-/// cannot even start under an rdma-core of another private ABI.
+/// The private helpers of libibverbs a provider calls, under the symbol
+/// version of their private ABI (`IBVERBS_PRIVATE_34`, `_65`). They are
+/// looked up at run time (`dlvsym`), not linked: a program or library that
+/// links them cannot even start under an rdma-core of another private ABI.
+/// Their C types are the same in every release served.
 pub mod private {
     use super::*;
+    use core::ffi::CStr;
 
-    /// The symbol version the names below carry.
-    pub const VERSION: &core::ffi::CStr = c"IBVERBS_PRIVATE_34";
+    /// The symbol version the helpers of private ABI `abi` carry.
+    pub fn version(abi: u32) -> &'static CStr {
+        match abi {
+            65 => c"IBVERBS_PRIVATE_65",
+            _ => c"IBVERBS_PRIVATE_34",
+        }
+    }
 
-    /// `verbs_register_driver_34`.
-    pub const REGISTER_DRIVER: &core::ffi::CStr = c"verbs_register_driver_34";
+    /// `verbs_register_driver_N` of private ABI `abi`.
+    pub fn register_driver(abi: u32) -> &'static CStr {
+        match abi {
+            65 => c"verbs_register_driver_65",
+            _ => c"verbs_register_driver_34",
+        }
+    }
     pub type RegisterDriver = unsafe extern "C" fn(ops: *const verbs_device_ops);
 
     pub const INIT_AND_ALLOC_CONTEXT: &core::ffi::CStr = c"_verbs_init_and_alloc_context";
@@ -391,7 +570,9 @@ pub mod private {
     pub type UninitContext = unsafe extern "C" fn(context: *mut verbs_context);
 
     pub const SET_OPS: &core::ffi::CStr = c"verbs_set_ops";
-    pub type SetOps = unsafe extern "C" fn(vctx: *mut verbs_context, ops: *const verbs_context_ops);
+    /// `ops`: the first entry of the release's `verbs_context_ops`
+    /// ([`Layout::ops_table`]).
+    pub type SetOps = unsafe extern "C" fn(vctx: *mut verbs_context, ops: *const Op);
 
     pub const LOG: &core::ffi::CStr = c"__verbs_log";
     pub type Log =
@@ -452,7 +633,7 @@ mod tests {
         assert_eq!(Layout::of(56, 4), Some(l56));
         assert_eq!(Layout::of(44, 1), None);
         assert_eq!(Layout::of(57, 0), None);
-        assert_eq!(Layout::known(), "44.0, 56.x");
+        assert_eq!(Layout::known(), "44.0, 56.x, 65.0");
         // As driver.h and verbs.h of v44.0 and v56.1 place it.
         assert_eq!((l44.qp_comp_mask(), l56.qp_comp_mask()), (352, 360));
         // SAFETY: plain data; all-zero is valid.
@@ -472,5 +653,58 @@ mod tests {
         let mut q: verbs_qp = unsafe { core::mem::zeroed() };
         l56.set_qp_tail(&mut q, VERBS_QP_EX, None);
         assert!(q.tail[..8].iter().all(|&b| b == 0), "no flush: NULL");
+    }
+
+    unsafe extern "C" fn op_stub() {}
+
+    /// rdma-core 65's table: 93 entries, its 17 new ones NULL, every other
+    /// where its alphabetical order puts it (as in v65.0's driver.h).
+    #[test]
+    fn the_ops_table_is_laid_out_per_release() {
+        let mut all = OPS_44.to_vec();
+        all.extend_from_slice(OPS_ADDED_65);
+        all.sort_unstable();
+        assert!(OPS_44.is_sorted() && OPS_ADDED_65.is_sorted());
+        assert_eq!(all.len(), OPS_MAX);
+        let ops = verbs_context_ops {
+            advise_mr: Some(op_stub),
+            query_rt_values: Some(op_stub),
+            reg_mr: Some(reg_mr_stub),
+            unimport_pd: Some(op_stub),
+            ..verbs_context_ops::EMPTY
+        };
+        let l44 = Layout::of(44, 0).expect("44.0");
+        let l65 = Layout::of(65, 0).expect("65.0");
+        let t44 = l44.ops_table(&ops);
+        let t65 = l65.ops_table(&ops);
+        let set = |t: &[Op]| -> Vec<usize> {
+            t.iter()
+                .enumerate()
+                .filter(|(_, o)| o.is_some())
+                .map(|(i, _)| i)
+                .collect()
+        };
+        // 44: query_rt_values 63, reg_mr 68, unimport_pd 75; 65: 75, 82, 92.
+        assert_eq!(set(&t44), [0, 63, 68, 75]);
+        assert_eq!(set(&t65), [0, 75, 82, 92]);
+        for (i, name) in all.iter().enumerate() {
+            let want = ["advise_mr", "query_rt_values", "reg_mr", "unimport_pd"].contains(name);
+            assert_eq!(t65[i].is_some(), want, "{name} at {i}");
+        }
+        assert_eq!((l44.private_abi(), l65.private_abi()), (34, 65));
+        assert_eq!((l44.context_front(), l65.context_front()), (0, 48));
+        assert_eq!(Layout::of(56, 1).map(|l| l.private_abi()), Some(34));
+        assert_eq!(Layout::of(64, 0), None);
+        assert_eq!(private::register_driver(65), c"verbs_register_driver_65");
+    }
+
+    unsafe extern "C" fn reg_mr_stub(
+        _: *mut ibv_pd,
+        _: *mut c_void,
+        _: usize,
+        _: u64,
+        _: c_int,
+    ) -> *mut ibv_mr {
+        core::ptr::null_mut()
     }
 }

@@ -69,8 +69,7 @@ extern "C" fn register() {
         return;
     }
     let _ = catch_unwind(|| match libibverbs::detect() {
-        Ok(l) => {
-            libibverbs::set_layout(l);
+        Ok(_) => {
             let register = libibverbs::private()
                 .expect("checked by detect")
                 .register_driver;
@@ -120,20 +119,19 @@ unsafe extern "C" fn alloc_context(
         let Some(lib) = libibverbs::private() else {
             return ptr::null_mut();
         };
-        // SAFETY: libibverbs allocates size_of::<XiwContext>() zeroed bytes with the
-        // verbs_context at offset 0, and initialises it.
+        let layout = libibverbs::layout();
+        // Where this release's verbs_context starts in an XiwContext at 0,
+        // as libibverbs takes it (a pointer-typed offset).
+        let offset = XiwContext::release_vctx(ptr::null_mut(), layout);
+        // SAFETY: libibverbs allocates size_of::<XiwContext>() zeroed bytes with its
+        // verbs_context at `offset`, and initialises it.
         let ctx = unsafe {
-            (lib.init_and_alloc_context)(
-                dev,
-                cmd_fd,
-                std::mem::size_of::<XiwContext>(),
-                ptr::null_mut(),
-                0,
-            )
+            (lib.init_and_alloc_context)(dev, cmd_fd, std::mem::size_of::<XiwContext>(), offset, 0)
         } as *mut XiwContext;
         if ctx.is_null() {
             return ptr::null_mut();
         }
+        let vctx = XiwContext::release_vctx(ctx, layout);
         let (sh, async_r) = match Shared::new(info, Config::from_env()) {
             Ok(v) => v,
             Err(e) => {
@@ -142,14 +140,14 @@ unsafe extern "C" fn alloc_context(
                 }
                 // SAFETY: undo _verbs_init_and_alloc_context.
                 unsafe {
-                    (lib.uninit_context)(&mut (*ctx).vctx);
+                    (lib.uninit_context)(vctx);
                     libc::free(ctx as *mut libc::c_void);
                 }
                 return ptr::null_mut();
             }
         };
         let sh = Arc::new(sh);
-        sh.log.vctx.store(ctx as usize, Ordering::Release);
+        sh.log.vctx.store(vctx as usize, Ordering::Release);
         let worker = sh.clone();
         let thread = std::thread::Builder::new()
             .name("xiw-progress".into())
@@ -159,24 +157,24 @@ unsafe extern "C" fn alloc_context(
             Err(_) => {
                 // SAFETY: undo _verbs_init_and_alloc_context.
                 unsafe {
-                    (lib.uninit_context)(&mut (*ctx).vctx);
+                    (lib.uninit_context)(vctx);
                     libc::free(ctx as *mut libc::c_void);
                 }
                 return ptr::null_mut();
             }
         };
-        let ops = verbs_context_ops {
+        let ops = layout.ops_table(&verbs_context_ops {
             free_context: Some(free_context),
             ..verbs::ops()
-        };
+        });
         // SAFETY: ctx is ours and initialised by libibverbs.
         unsafe {
             (*ctx).sh = Arc::into_raw(sh);
             (*ctx).progress = Box::into_raw(Box::new(thread));
             (*ctx).vctx.context.async_fd = async_r.into_raw_fd();
             (*ctx).vctx.context.num_comp_vectors = crate::verbs::COMP_VECTORS;
-            (lib.set_ops)(&mut (*ctx).vctx, &ops);
-            &mut (*ctx).vctx
+            (lib.set_ops)(vctx, ops.as_ptr());
+            vctx
         }
     }))
     .unwrap_or(ptr::null_mut())
@@ -184,10 +182,8 @@ unsafe extern "C" fn alloc_context(
 
 pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: ibv_context sits at a fixed offset inside our XiwContext.
-        let ctx = unsafe {
-            (ibctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext
-        };
+        // SAFETY: a context of ours.
+        let ctx = unsafe { XiwContext::of(ibctx) };
         // SAFETY: set in alloc_context; taken back exactly once here.
         let (sh, thread) = unsafe { (Arc::from_raw((*ctx).sh), Box::from_raw((*ctx).progress)) };
         sh.settle_closing();
@@ -201,7 +197,7 @@ pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
         // found, or there would be no context); libibverbs calloc'd the block.
         unsafe {
             if let Some(lib) = libibverbs::private() {
-                (lib.uninit_context)(&mut (*ctx).vctx);
+                (lib.uninit_context)(XiwContext::release_vctx(ctx, libibverbs::layout()));
             }
             libc::free(ctx as *mut libc::c_void);
         }

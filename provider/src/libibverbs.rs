@@ -11,7 +11,7 @@ use xiw_abi::driver::private::{
 };
 use xiw_abi::driver::*;
 
-/// libibverbs' private helpers of [`PRIVATE_ABI`].
+/// libibverbs' private helpers, of the private ABI of its release.
 pub struct Private {
     pub register_driver: RegisterDriver,
     pub init_and_alloc_context: InitAndAllocContext,
@@ -51,14 +51,14 @@ impl Loaded {
         (!f.is_null()).then_some(f)
     }
 
-    /// A private helper of [`PRIVATE_ABI`] as the function type `F`.
+    /// The private helper `name` of private ABI `abi` as the function type `F`.
     ///
     /// # Safety
     /// `F` is the C type `name` has in rdma-core's driver.h of that ABI
     /// (mirrored in `xiw_abi::driver::private`).
-    unsafe fn helper<F: Copy>(&self, name: &CStr) -> Option<F> {
+    unsafe fn helper<F: Copy>(&self, name: &CStr, abi: u32) -> Option<F> {
         const { assert!(size_of::<F>() == size_of::<*mut libc::c_void>()) };
-        let f = self.address(name, p::VERSION)?;
+        let f = self.address(name, p::version(abi))?;
         // SAFETY: a function address, as the function type the caller names.
         Some(unsafe { std::mem::transmute_copy::<*mut libc::c_void, F>(&f) })
     }
@@ -72,77 +72,80 @@ impl Drop for Loaded {
     }
 }
 
-/// The private helpers, or `None` if this libibverbs lacks one of them (an
-/// rdma-core of another private ABI).
+/// What registration found: the layout of the loaded libibverbs and its
+/// private helpers, or why the provider does not serve it.
+struct Found {
+    layout: &'static Layout,
+    private: Private,
+}
+
+fn found() -> &'static Result<Found, String> {
+    static F: OnceLock<Result<Found, String>> = OnceLock::new();
+    F.get_or_init(find)
+}
+
+/// The private helpers, or `None` if the provider does not serve the
+/// libibverbs loaded (or none is).
 pub fn private() -> Option<&'static Private> {
-    static P: OnceLock<Option<Private>> = OnceLock::new();
-    P.get_or_init(|| {
-        let lib = Loaded::get()?;
-        // SAFETY: each type is its name's (xiw_abi::driver::private).
-        unsafe {
-            Some(Private {
-                register_driver: lib.helper::<RegisterDriver>(p::REGISTER_DRIVER)?,
-                init_and_alloc_context: lib
-                    .helper::<InitAndAllocContext>(p::INIT_AND_ALLOC_CONTEXT)?,
-                uninit_context: lib.helper::<UninitContext>(p::UNINIT_CONTEXT)?,
-                set_ops: lib.helper::<SetOps>(p::SET_OPS)?,
-                log: lib.helper::<Log>(p::LOG)?,
-            })
-        }
-    })
-    .as_ref()
+    found().as_ref().ok().map(|f| &f.private)
 }
 
-/// The layout of the rdma-core this process runs, found at registration.
-static LAYOUT: OnceLock<&'static Layout> = OnceLock::new();
-
-/// Records the layout found at registration.
-pub fn set_layout(l: &'static Layout) {
-    let _ = LAYOUT.set(l);
-}
-
-/// The private ABI layout in use (rdma-core 44's before registration).
+/// The private ABI layout in use (rdma-core 44's where none was found).
 pub fn layout() -> &'static Layout {
-    LAYOUT.get().copied().unwrap_or(&LAYOUTS[0])
+    found().as_ref().map_or(&LAYOUTS[0], |f| f.layout)
 }
 
-/// Which of [`LAYOUTS`] the loaded libibverbs has: the release its file
-/// name carries, confirmed by a symbol that only some releases export.
+/// Which of [`LAYOUTS`] the loaded libibverbs has, or why none: the
+/// release its file name carries, confirmed by the helpers of that
+/// release's private ABI and by a symbol that only some releases export.
 pub fn detect() -> Result<&'static Layout, String> {
-    let v =
-        rdma_core_version().ok_or("cannot tell which rdma-core version loaded this provider")?;
+    found().as_ref().map(|f| f.layout).map_err(Clone::clone)
+}
+
+fn find() -> Result<Found, String> {
+    let lib = Loaded::get().ok_or("libibverbs is not loaded")?;
+    let v = rdma_core_version(&lib)
+        .ok_or("cannot tell which rdma-core version loaded this provider")?;
     let (major, minor) = v
         .split_once('.')
         .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
         .ok_or_else(|| format!("cannot read the rdma-core version {v:?}"))?;
     let l = Layout::of(major, minor).ok_or_else(|| {
         format!(
-            "running with rdma-core {v}; this provider serves rdma-core {} (private ABI {PRIVATE_ABI})",
+            "running with rdma-core {v}; this provider serves rdma-core {}",
             Layout::known()
         )
     })?;
-    if private().is_none() {
-        return Err(format!(
-            "libibverbs of rdma-core {v} lacks the private helpers of ABI {PRIVATE_ABI}"
-        ));
+    let abi = l.private_abi();
+    // SAFETY: each type is its name's (xiw_abi::driver::private).
+    let private = unsafe {
+        (|| {
+            Some(Private {
+                register_driver: lib.helper::<RegisterDriver>(p::register_driver(abi), abi)?,
+                init_and_alloc_context: lib
+                    .helper::<InitAndAllocContext>(p::INIT_AND_ALLOC_CONTEXT, abi)?,
+                uninit_context: lib.helper::<UninitContext>(p::UNINIT_CONTEXT, abi)?,
+                set_ops: lib.helper::<SetOps>(p::SET_OPS, abi)?,
+                log: lib.helper::<Log>(p::LOG, abi)?,
+            })
+        })()
     }
-    let has_opcode_str = Loaded::get()
-        .and_then(|lib| lib.address(c"ibv_wr_opcode_str", p::VERSION))
-        .is_some();
+    .ok_or_else(|| format!("libibverbs of rdma-core {v} lacks the private helpers of ABI {abi}"))?;
+    let has_opcode_str = lib.address(c"ibv_wr_opcode_str", p::version(abi)).is_some();
     if has_opcode_str != l.has_wr_opcode_str() {
         return Err(format!(
             "libibverbs is named as rdma-core {v}, but its symbols are not that release's"
         ));
     }
-    Ok(l)
+    Ok(Found { layout: l, private })
 }
 
 /// The rdma-core version of the libibverbs in this process, from its file name
 /// (`libibverbs.so.1.14.44.0` is rdma-core 44.0).
-fn rdma_core_version() -> Option<String> {
+fn rdma_core_version(lib: &Loaded) -> Option<String> {
     // SAFETY: an all-zero Dl_info is valid; dladdr fills it for a symbol we link.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let f = Loaded::get()?.address(c"ibv_get_device_list", c"IBVERBS_1.1")?;
+    let f = lib.address(c"ibv_get_device_list", c"IBVERBS_1.1")?;
     // SAFETY: the address of a libibverbs function.
     if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;

@@ -34,6 +34,18 @@ pub const MAY_FAIL: &[(&str, &str)] = &[
         "checks the responder's memory when the writer's Write completes (rdma-core 45 and later)",
     ),
     (
+        "test_mrex_rereg_access",
+        "checks the responder's memory when the writer's Write completes (rdma-core 65 and later)",
+    ),
+    (
+        "test_ro_mr_ex_traffic",
+        "checks the responder's memory when the writer's Write completes (rdma-core 65 and later)",
+    ),
+    (
+        "test_mrex_rereg_addr",
+        "expects a receive that fails its local checks as IB's remote operation error at the requester (rdma-core 65 and later)",
+    ),
+    (
         "test_mr_rereg_pd",
         "expects a receive that fails its local checks as IB's remote operation error at the requester",
     ),

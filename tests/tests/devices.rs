@@ -64,3 +64,51 @@ fn nothing_links_the_private_abi_of_libibverbs() {
         );
     }
 }
+
+/// Under a libibverbs the provider does not serve it registers nothing and
+/// says why in exactly one line on stderr. Debian 12's libibverbs is loaded
+/// from a copy under another release's file name (which is where the
+/// release is read from): as 45.0, a release not served; as 56.1, one served,
+/// whose symbols this library does not have.
+#[test]
+fn an_rdma_core_not_served_is_refused_in_one_line() {
+    let dev = lo_device();
+    let lib = std::fs::canonicalize("/usr/lib/x86_64-linux-gnu/libibverbs.so.1")
+        .expect("Debian's libibverbs");
+    for (version, why) in [
+        (
+            "45.0",
+            "running with rdma-core 45.0; this provider serves rdma-core 44.0, 56.x, 65.0",
+        ),
+        (
+            "56.1",
+            "libibverbs is named as rdma-core 56.1, but its symbols are not that release's",
+        ),
+    ] {
+        let dir =
+            std::env::temp_dir().join(format!("xiw-libibverbs-{version}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let name = format!("libibverbs.so.1.14.{version}");
+        std::fs::copy(&lib, dir.join(&name)).expect("copy libibverbs");
+        std::os::unix::fs::symlink(&name, dir.join("libibverbs.so.1")).expect("symlink");
+        let out = dev
+            .cmd("ibv_devices")
+            .env("LD_LIBRARY_PATH", &dir)
+            .output()
+            .expect("ibv_devices");
+        let _ = std::fs::remove_dir_all(&dir);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stdout.contains("xiw0"),
+            "{version}: listed\n{stdout}\n{stderr}"
+        );
+        let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("xiw")).collect();
+        assert_eq!(
+            lines,
+            [format!("xiw: not registering: {why}")],
+            "{version}:\n{stderr}"
+        );
+    }
+}

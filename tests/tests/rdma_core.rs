@@ -1,9 +1,9 @@
-//! xiw under the rdma-core of Debian 13 (56.1): the installed provider in a
-//! trixie chroot made from Debian's archive (`pkg/chroot.sh`), driven by that
+//! xiw under the rdma-core of Debian 13 (56.1, private ABI 34) and of Debian
+//! unstable (65.0, private ABI 65): the installed provider in a chroot of
+//! each made from Debian's archive (`pkg/chroot.sh`), driven by that
 //! release's libibverbs, perftest, ibv_rc_pingpong and its own test suite
-//! (`tests/rdma-core.sh`). The suite must pass but for the same tests as
-//! rdma-core 44.0's (`xiw_tests::pyverbs::MAY_FAIL`). And under Debian
-//! unstable's (65.0), which it does not serve yet, it must refuse cleanly.
+//! (`tests/rdma-core.sh`). The suite must pass but for the tests listed in
+//! `xiw_tests::pyverbs::MAY_FAIL`.
 //!
 //! By hand (after a release build and `pkg/install.sh`):
 //! `bash tests/rdma-core.sh trixie 56.1 --pyverbs /tmp/pyverbs.txt`.
@@ -17,6 +17,8 @@ use xiw_tests::pyverbs::check;
 
 /// Fewest of rdma-core 56.1's tests that must pass.
 const MIN_OK_56: usize = 52;
+/// Fewest of rdma-core 65.0's tests that must pass.
+const MIN_OK_65: usize = 66;
 
 /// Runs `tests/rdma-core.sh` with `args`; fails the test with its output
 /// unless it succeeds. Prints what it printed.
@@ -36,28 +38,31 @@ fn rdma_core_sh(args: &[&OsStr]) {
     );
 }
 
-#[test]
-fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
+/// Runs the checks and the test suite of the rdma-core `version` in the
+/// chroot of `suite`; at least `min_ok` of its tests must pass.
+fn runs_xiw_and_its_test_suite(suite: &str, version: &str, min_ok: usize) {
     let _g = serial();
-    let out_file = std::env::temp_dir().join(format!("xiw-pyverbs-56-{}.txt", std::process::id()));
+    let out_file =
+        std::env::temp_dir().join(format!("xiw-pyverbs-{suite}-{}.txt", std::process::id()));
     rdma_core_sh(&[
-        "trixie".as_ref(),
-        "56.1".as_ref(),
+        suite.as_ref(),
+        version.as_ref(),
         "--pyverbs".as_ref(),
         out_file.as_os_str(),
     ]);
     let text = std::fs::read_to_string(&out_file).expect("the suite's output");
     let _ = std::fs::remove_file(&out_file);
-    check("rdma-core 56.1 tests", &text, MIN_OK_56);
+    check(&format!("rdma-core {version} tests"), &text, min_ok);
 }
 
-/// Debian unstable's rdma-core (65.0 today, private ABI 65) is not served yet: the
-/// provider, installed under the name that libibverbs loads, must say so in
-/// one line and list no device, and the `xiw` command must still work there
-/// (it links no private ABI).
 #[test]
-fn debian_unstable_rdma_core_65_is_refused_in_one_line() {
-    let _g = serial();
-    // Whatever release unstable has by then: none past 56 is served.
-    rdma_core_sh(&["sid".as_ref(), "-".as_ref(), "--refused".as_ref()]);
+fn debian_13_rdma_core_56_1_runs_xiw_and_its_test_suite() {
+    runs_xiw_and_its_test_suite("trixie", "56.1", MIN_OK_56);
+}
+
+/// rdma-core 65 moved the private ABI (a new number, helpers under a new
+/// symbol version, a longer ops table, `verbs_context` grown at its front).
+#[test]
+fn debian_unstable_rdma_core_65_0_runs_xiw_and_its_test_suite() {
+    runs_xiw_and_its_test_suite("sid", "65.0", MIN_OK_65);
 }

@@ -63,11 +63,36 @@ fn null_err<T>(e: i32) -> *mut T {
     ptr::null_mut()
 }
 
+/// A device context: libibverbs' `verbs_context` of whichever release is
+/// loaded (that of rdma-core 44, behind room for what later releases put in
+/// front of it), then xiw's own.
 #[repr(C)]
 pub struct XiwContext {
+    pub front: ContextFront,
     pub vctx: verbs_context,
     pub sh: *const Shared,
     pub progress: *mut std::thread::JoinHandle<()>,
+}
+
+impl XiwContext {
+    /// The context `ctx` belongs to: `ibv_context` is the last member of
+    /// `verbs_context` in every release, so it sits at one place in ours.
+    ///
+    /// # Safety
+    /// `ctx` is a context this provider allocated.
+    pub unsafe fn of(ctx: *mut ibv_context) -> *mut XiwContext {
+        let at =
+            std::mem::offset_of!(XiwContext, vctx) + std::mem::offset_of!(verbs_context, context);
+        // SAFETY: per the contract, `ctx` is that far into an XiwContext.
+        unsafe { (ctx as *mut u8).sub(at) as *mut XiwContext }
+    }
+
+    /// Where the `verbs_context` of release `l` starts in the context at
+    /// `this` (the pointer libibverbs knows it by).
+    pub fn release_vctx(this: *mut XiwContext, l: &Layout) -> *mut verbs_context {
+        let at = std::mem::offset_of!(XiwContext, vctx) - l.context_front();
+        this.cast::<u8>().wrapping_add(at).cast()
+    }
 }
 
 #[repr(C)]
@@ -150,13 +175,8 @@ pub struct XiwSrq {
 /// # Safety
 /// `ctx` is a context this provider allocated.
 pub(crate) unsafe fn shared<'a>(ctx: *mut ibv_context) -> &'a Shared {
-    // SAFETY: `ibv_context` is the last member of `verbs_context`, which is the first
-    // member of `XiwContext`; `sh` is set before the context is handed out.
-    unsafe {
-        let vctx =
-            (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context)) as *mut XiwContext;
-        &*(*vctx).sh
-    }
+    // SAFETY: per the contract; `sh` is set before the context is handed out.
+    unsafe { &*(*XiwContext::of(ctx)).sh }
 }
 
 unsafe fn pd_of<'a>(pd: *mut ibv_pd) -> &'a XiwPd {

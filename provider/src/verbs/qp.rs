@@ -93,11 +93,7 @@ pub(super) fn new_qp(
     };
     let sh = {
         // SAFETY: the context outlives its QPs; we only need a counted handle.
-        let raw = unsafe {
-            let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context))
-                as *mut XiwContext;
-            (*vctx).sh
-        };
+        let raw = unsafe { (*XiwContext::of(ctx)).sh };
         // SAFETY: `sh` came from Arc::into_raw in alloc_context and is still alive.
         unsafe {
             Arc::increment_strong_count(raw);
