@@ -415,7 +415,15 @@ pub type Op = Option<unsafe extern "C" fn()>;
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct verbs_context_ops {
-    pub advise_mr: Op,
+    pub advise_mr: Option<
+        unsafe extern "C" fn(
+            *mut ibv_pd,
+            ib_uverbs_advise_mr_advice,
+            u32,
+            *mut ibv_sge,
+            u32,
+        ) -> c_int,
+    >,
     pub alloc_dm: Op,
     pub alloc_mw: Op,
     pub alloc_null_mr: Op,
@@ -667,7 +675,7 @@ mod tests {
         assert!(OPS_44.is_sorted() && OPS_ADDED_65.is_sorted());
         assert_eq!(all.len(), OPS_MAX);
         let ops = verbs_context_ops {
-            advise_mr: Some(op_stub),
+            alloc_dm: Some(op_stub),
             query_rt_values: Some(op_stub),
             reg_mr: Some(reg_mr_stub),
             unimport_pd: Some(op_stub),
@@ -684,11 +692,12 @@ mod tests {
                 .map(|(i, _)| i)
                 .collect()
         };
-        // 44: query_rt_values 63, reg_mr 68, unimport_pd 75; 65: 75, 82, 92.
-        assert_eq!(set(&t44), [0, 63, 68, 75]);
-        assert_eq!(set(&t65), [0, 75, 82, 92]);
+        // 44: alloc_dm 1, query_rt_values 63, reg_mr 68, unimport_pd 75;
+        // 65: 2, 75, 82, 92.
+        assert_eq!(set(&t44), [1, 63, 68, 75]);
+        assert_eq!(set(&t65), [2, 75, 82, 92]);
         for (i, name) in all.iter().enumerate() {
-            let want = ["advise_mr", "query_rt_values", "reg_mr", "unimport_pd"].contains(name);
+            let want = ["alloc_dm", "query_rt_values", "reg_mr", "unimport_pd"].contains(name);
             assert_eq!(t65[i].is_some(), want, "{name} at {i}");
         }
         assert_eq!((l44.private_abi(), l65.private_abi()), (34, 65));

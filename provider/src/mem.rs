@@ -5,6 +5,8 @@
 //! network or from a work request goes through [`MrTable`], which checks STag,
 //! PD, permission and bounds before a byte is touched, under a read lock that
 //! deregistration waits for, so memory is never touched after `ibv_dereg_mr`.
+//! The memory of an on-demand paging MR is only ever copied through the
+//! kernel ([`crate::odp`]): it may not be mapped.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
@@ -29,6 +31,13 @@ pub struct Mr {
     valid: AtomicBool,
     /// The medium behind a flushable or verifiable MR, and its Verify hash.
     pub ext: Option<Box<MrExt>>,
+}
+
+impl Mr {
+    /// An on-demand paging MR: its memory may not be mapped.
+    pub fn odp(&self) -> bool {
+        self.access & IBV_ACCESS_ON_DEMAND != 0
+    }
 }
 
 /// What RDMA Flush and Verify need to know about an MR (draft-talpey-rdma-commit
@@ -56,14 +65,17 @@ impl Mr {
         if self.pd != pd {
             return Err(AccessError::WrongPd);
         }
-        let end = to.checked_add(len).ok_or(AccessError::Wrap)?;
-        if to < self.iova || end > self.iova + self.len {
+        to.checked_add(len).ok_or(AccessError::Wrap)?;
+        // Written so that nothing overflows for an MR of the whole address
+        // space (implicit on-demand paging: iova 0, length u64::MAX).
+        let off = to.checked_sub(self.iova).ok_or(AccessError::Bounds)?;
+        if off > self.len || len > self.len - off {
             return Err(AccessError::Bounds);
         }
         if self.access & allowed & need != need {
             return Err(AccessError::Access);
         }
-        Ok(self.addr + (to - self.iova))
+        Ok(self.addr + off)
     }
 }
 
@@ -262,6 +274,29 @@ impl MrTable {
         })
     }
 
+    /// Every check of an access to `[to, to+len)` of `stag` (a peer's
+    /// request, before it is carried out); memory of an on-demand paging MR
+    /// must also be mapped now, as the access needs it.
+    pub fn check(
+        &self,
+        stag: u32,
+        pd: u32,
+        to: u64,
+        len: usize,
+        need: u32,
+        allowed: u32,
+    ) -> Result<(), AccessError> {
+        self.with_mr_allowed(stag, pd, to, len, need, allowed, |p, mr| {
+            let write = need
+                & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
+                != 0;
+            if mr.odp() && len > 0 && !crate::odp::accessible(p, len as u64, write) {
+                return Err(AccessError::Access);
+            }
+            Ok(())
+        })?
+    }
+
     /// Runs `f` on the 64-bit word at `to` (RFC 7306 section 5: the caller has
     /// checked the alignment); `None` if the word is not 8-byte aligned.
     pub fn atomic<R>(
@@ -273,16 +308,23 @@ impl MrTable {
         allowed: u32,
         f: impl FnOnce(&AtomicU64) -> R,
     ) -> Result<Option<R>, AccessError> {
-        self.with_mem_allowed(stag, pd, to, 8, need, allowed, |p| {
-            if !(p as usize).is_multiple_of(8) {
-                return None;
+        self.with_mr_allowed(stag, pd, to, 8, need, allowed, |p, mr| {
+            if !p.is_multiple_of(8) {
+                return Ok(None);
+            }
+            // On-demand paging: the word must be there now (an application
+            // that unmaps it while it is the target of an atomic it asked a
+            // peer for races with its own request).
+            if mr.odp() && !crate::odp::accessible(p, 8, true) {
+                return Err(AccessError::Access);
             }
             // SAFETY: the 8 bytes at `p` are inside a registered MR, which stays
-            // registered while the table's read lock is held, and aligned; other
-            // accesses to it are the application's, which an RNIC's atomics are
-            // not atomic against anyway (RFC 7306 section 5.4 rule 2).
-            Some(f(unsafe { AtomicU64::from_ptr(p as *mut u64) }))
-        })
+            // registered while the table's read lock is held, mapped writable
+            // and aligned; other accesses to it are the application's, which an
+            // RNIC's atomics are not atomic against anyway (RFC 7306 section 5.4
+            // rule 2).
+            Ok(Some(f(unsafe { AtomicU64::from_ptr(p as *mut u64) })))
+        })?
     }
 
     /// Copies `data` into `[to, to+len)` of `stag`, after every check.
@@ -307,12 +349,18 @@ impl MrTable {
         need: u32,
         allowed: u32,
     ) -> Result<(), AccessError> {
-        self.with_mem_allowed(stag, pd, to, data.len(), need, allowed, |p| {
+        self.with_mr_allowed(stag, pd, to, data.len(), need, allowed, |p, mr| {
+            if mr.odp() {
+                return crate::odp::write(p, data)
+                    .then_some(())
+                    .ok_or(AccessError::Access);
+            }
             // SAFETY: the range lies inside a registered MR (checked under the read lock,
             // which deregistration must wait for); registration is the owner's promise
             // that the memory stays mapped and writable while registered.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
-        })
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, data.len()) };
+            Ok(())
+        })?
     }
 
     /// Appends `[to, to+len)` of `stag` to `out`, after every check.
@@ -325,11 +373,21 @@ impl MrTable {
         need: u32,
         out: &mut Vec<u8>,
     ) -> Result<(), AccessError> {
-        self.with_mem(stag, pd, to, len, need, |p| {
+        self.with_mr_allowed(stag, pd, to, len, need, u32::MAX, |p, mr| {
+            if mr.odp() {
+                let at = out.len();
+                out.resize(at + len, 0);
+                if !crate::odp::read(p, &mut out[at..]) {
+                    out.truncate(at);
+                    return Err(AccessError::Access);
+                }
+                return Ok(());
+            }
             // SAFETY: as in `write`, the range is inside a registered MR.
             let src = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
             out.extend_from_slice(src);
-        })
+            Ok(())
+        })?
     }
 
     /// Copies each local buffer of `parts` (key, address, length) in turn
@@ -345,10 +403,16 @@ impl MrTable {
             let mut at = 0;
             for (key, addr, len) in parts.filter(|p| p.2 > 0) {
                 let dst = out.get_mut(at..at + len).ok_or(AccessError::Bounds)?;
-                let src = r.mem(key, pd, addr, len, NEED_NONE, u32::MAX)?;
-                // SAFETY: `len` bytes inside a registered MR, which stays
-                // registered while the reader lives.
-                dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+                let (src, mr) = r.mr(key, pd, addr, len, NEED_NONE, u32::MAX)?;
+                if mr.odp() {
+                    if !crate::odp::read(src as u64, dst) {
+                        return Err(AccessError::Access);
+                    }
+                } else {
+                    // SAFETY: `len` bytes inside a registered MR, which stays
+                    // registered while the reader lives.
+                    dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+                }
                 at += len;
             }
             Ok(at)
@@ -361,6 +425,13 @@ impl MrTable {
         f(&Reader(
             self.slots.read().unwrap_or_else(|e| e.into_inner()),
         ))
+    }
+
+    /// Whether the stream may be read straight into the memory of `stag`
+    /// ([`Reader::mem`]): not for an on-demand paging MR.
+    pub fn in_place(&self, stag: u32) -> bool {
+        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        lookup(&s, stag).is_ok_and(|m| !m.odp())
     }
 
     pub fn access_of(&self, stag: u32) -> Option<u32> {
@@ -380,7 +451,9 @@ pub struct Reader<'a>(RwLockReadGuard<'a, Slots>);
 impl Reader<'_> {
     /// The host address of `[to, to+len)` of `stag`, after every check (the
     /// MR must grant `need`, and the QP `allowed` for a remote access);
-    /// valid while the reader lives.
+    /// valid while the reader lives. Memory of an on-demand paging MR is
+    /// refused: it is only copied through the kernel (see
+    /// [`MrTable::in_place`]).
     pub fn mem(
         &self,
         stag: u32,
@@ -390,7 +463,10 @@ impl Reader<'_> {
         need: u32,
         allowed: u32,
     ) -> Result<*mut u8, AccessError> {
-        self.mr(stag, pd, to, len, need, allowed).map(|(at, _)| at)
+        match self.mr(stag, pd, to, len, need, allowed)? {
+            (_, mr) if mr.odp() => Err(AccessError::Access),
+            (at, _) => Ok(at),
+        }
     }
 
     /// As [`Reader::mem`], with the MR itself.
@@ -410,7 +486,8 @@ impl Reader<'_> {
 
     /// The spans of registered memory `parts` (key, address, length) cover,
     /// each checked for `need`, appended to `out`; they must hold `n` bytes
-    /// in all.
+    /// in all. False, with nothing appended, if some lie in an on-demand
+    /// paging MR, which the stream may not reach in place.
     pub fn spans(
         &self,
         pd: u32,
@@ -418,10 +495,14 @@ impl Reader<'_> {
         n: usize,
         need: u32,
         out: &mut Vec<Span>,
-    ) -> Result<(), AccessError> {
+    ) -> Result<bool, AccessError> {
         let mut found = 0;
+        let start = out.len();
         for (key, addr, len) in parts {
-            self.mem(key, pd, addr, len, need, u32::MAX)?;
+            if self.mr(key, pd, addr, len, need, u32::MAX)?.1.odp() {
+                out.truncate(start);
+                return Ok(false);
+            }
             out.push(Span {
                 stag: key,
                 to: addr,
@@ -433,7 +514,7 @@ impl Reader<'_> {
         if found != n {
             return Err(AccessError::Bounds);
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -456,6 +537,9 @@ pub const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_ON_DEMAND
+    // A hint that the memory is huge pages: nothing to do with it.
+    | IBV_ACCESS_HUGETLB
     | ACCESS_FLUSH_GLOBAL
     | ACCESS_FLUSH_PERSISTENT
     | IBV_ACCESS_RELAXED_ORDERING;

@@ -254,9 +254,11 @@ impl recv::Host for Placer<'_> {
     ) -> Result<(), AccessError> {
         let len = usize::try_from(len).map_err(|_| AccessError::Bounds)?;
         let qp = self.qp;
-        qp.sh
-            .mrs
-            .with_mem_allowed(stag, qp.pd, to, len, need, allowed, |_| ())
+        qp.sh.mrs.check(stag, qp.pd, to, len, need, allowed)
+    }
+
+    fn in_place(&mut self, stag: u32) -> bool {
+        self.qp.sh.mrs.in_place(stag)
     }
 
     fn aligned8(
@@ -343,8 +345,7 @@ impl recv::Host for Placer<'_> {
                 IBV_ACCESS_LOCAL_WRITE,
                 spans,
             )
-        })?;
-        Ok(true)
+        })
     }
 
     fn oldest_outstanding(&mut self) -> Option<Outstanding> {

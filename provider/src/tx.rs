@@ -441,8 +441,11 @@ impl send::SendHost for SqHost<'_> {
         let qp = self.qp;
         qp.sh
             .mrs
-            .with_reader(|r| r.spans(qp.pd, sge_spans(sges, off, n), n, NEED_NONE, spans))?;
-        Ok(true)
+            .with_reader(|r| r.spans(qp.pd, sge_spans(sges, off, n), n, NEED_NONE, spans))
+    }
+
+    fn in_place(&mut self, stag: u32) -> bool {
+        self.qp.sh.mrs.in_place(stag)
     }
 
     fn check_span(&mut self, s: &Span) -> Result<(), AccessError> {

@@ -33,23 +33,6 @@
 
 #define LEN 4096
 
-/* RESET -> INIT with remote read and write -> RTR -> RTS. */
-static void connect_qp(struct ibv_qp *qp, union ibv_gid gid, uint32_t peer_qpn)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ,
-	};
-
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS))
-		die("modify_qp to INIT: %s", strerror(errno));
-	if (to_rts(qp, gid, peer_qpn))
-		die("modify_qp to RTR/RTS: %s", strerror(errno));
-}
-
 static struct ibv_qp *new_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 {
 	struct ibv_qp_init_attr a = {
@@ -64,30 +47,6 @@ static struct ibv_qp *new_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 	if (!qp)
 		die("ibv_create_qp: %s", strerror(errno));
 	return qp;
-}
-
-/* Waits for one successful completion of `wr_id` on `cq` (5 s at most). */
-static void wait_wc(struct ibv_cq *cq, uint64_t wr_id, const char *what)
-{
-	struct timespec t0, t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		struct ibv_wc wc;
-		int n = ibv_poll_cq(cq, 1, &wc);
-
-		if (n < 0)
-			die("%s: ibv_poll_cq: %d", what, n);
-		if (n == 1) {
-			if (wc.status != IBV_WC_SUCCESS || wc.wr_id != wr_id)
-				die("%s: completion of WR %" PRIu64 " with %s, expected WR %" PRIu64,
-				    what, wc.wr_id, ibv_wc_status_str(wc.status), wr_id);
-			return;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (t.tv_sec - t0.tv_sec > 5)
-			die("%s: no completion within 5 s", what);
-	}
 }
 
 static void post(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, struct ibv_mr *mr,
@@ -198,8 +157,8 @@ int main(void)
 
 	struct ibv_qp *qa = new_qp(dom, cq_a), *qb = new_qp(pd, cq_b);
 
-	connect_qp(qa, gid, qb->qp_num);
-	connect_qp(qb, gid, qa->qp_num);
+	connect_qp(qa, access, gid, qb->qp_num);
+	connect_qp(qb, access, gid, qa->qp_num);
 
 	for (int i = 0; i < LEN; i++)
 		buf_a[i] = (uint8_t)(i * 7 + 1);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <infiniband/verbs.h>
 
@@ -72,6 +73,54 @@ static inline int to_rts(struct ibv_qp *qp, union ibv_gid peer, uint32_t peer_qp
 	a.max_rd_atomic = 1;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* RESET -> INIT (port 1, `access` granted to the peer) -> RTR -> RTS. */
+static inline void connect_qp(struct ibv_qp *qp, int access, union ibv_gid peer,
+			      uint32_t peer_qpn)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.port_num = 1,
+		.qp_access_flags = access,
+	};
+
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				      IBV_QP_ACCESS_FLAGS))
+		die("modify_qp to INIT: %s", strerror(errno));
+	if (to_rts(qp, peer, peer_qpn))
+		die("modify_qp to RTR/RTS: %s", strerror(errno));
+}
+
+/* The next completion on `cq` (5 s at most). */
+static inline struct ibv_wc next_wc(struct ibv_cq *cq, const char *what)
+{
+	struct timespec t0, t;
+	struct ibv_wc wc;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+
+		if (n < 0)
+			die("%s: ibv_poll_cq: %d", what, n);
+		if (n == 1)
+			return wc;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 5)
+			die("%s: no completion within 5 s", what);
+	}
+}
+
+/* Waits for the successful completion of `wr_id` on `cq` (5 s at most). */
+static inline void wait_wc(struct ibv_cq *cq, uint64_t wr_id, const char *what)
+{
+	struct ibv_wc wc = next_wc(cq, what);
+
+	if (wc.status != IBV_WC_SUCCESS || wc.wr_id != wr_id)
+		die("%s: completion of WR %llu with %s, expected WR %llu", what,
+		    (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status),
+		    (unsigned long long)wr_id);
 }
 
 #endif

@@ -18,6 +18,10 @@ pub const MAY_FAIL: &[(&str, &str)] = &[
         "checks the responder's memory when the writer's Write completes",
     ),
     (
+        "test_odp_rc_rdma_write",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
         "test_mr_rereg_access_bad_flow",
         "checks the responder's memory when the writer's Write completes",
     ),

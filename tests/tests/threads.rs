@@ -24,74 +24,16 @@
 //! gcc -O2 -pthread -o xiw_events tests/c/xiw_events.c -libverbs && ./xiw_events 40
 //! ```
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use xiw_tests::harness::{lo_device, serial, wait_until};
+use xiw_tests::cprog;
+use xiw_tests::harness::serial;
 
-const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// `tests/c/NAME.c`, built once from the repository's source, warnings as errors.
-fn program(name: &str) -> PathBuf {
-    static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xiw-c-tests");
-    let bin = dir.join(name);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    if built.iter().any(|b| b == name) {
-        return bin;
-    }
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new("gcc")
-        .args([
-            "-std=gnu11",
-            "-O2",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pthread",
-        ])
-        .arg("-o")
-        .arg(&bin)
-        .arg(format!("{REPO}/tests/c/{name}.c"))
-        .arg("-libverbs")
-        .output()
-        .expect("running gcc");
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "building {name}.c failed ({:?}):\n{}",
-        out.status,
-        text(&out.stderr)
-    );
-    built.push(name.to_string());
-    bin
-}
-
-/// Runs `tests/c/NAME.c` with `args` on the `lo` device; fails the test with
-/// its output unless it exits 0 within `limit`.
+/// Runs `tests/c/NAME.c` with `args` on the `lo` device (see `xiw_tests::cprog`).
 fn run(name: &str, args: &[&str], limit: Duration) {
-    let dev = lo_device();
-    let mut c = dev.cmd(program(name).to_str().unwrap());
-    c.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = c.spawn().expect("starting the test program");
-    let (out, killed) = wait_until(child, Instant::now() + limit);
-    let report = format!(
-        "{name} {args:?}: {:?}{}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        if killed { " (killed: hung)" } else { "" },
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    assert!(!killed && out.status.success(), "{report}");
-    eprintln!("{}", text(&out.stdout).trim());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xiw-c-tests");
+    cprog::run(name, &dir, args, limit);
 }
 
 #[test]

@@ -60,6 +60,13 @@ pub trait Host {
         need: u32,
         allowed: u32,
     ) -> Result<(), AccessFault>;
+    /// Whether the driver can read a payload from the stream straight into
+    /// the memory of tagged buffer `stag` ([`Receiver::direct`]); if not, a
+    /// large payload for it is buffered and placed with [`Host::place`],
+    /// as a small one is.
+    fn in_place(&mut self, _stag: u32) -> bool {
+        true
+    }
     /// As [`Host::check`] for the 8 bytes at `to`; whether they are 64-bit aligned in memory.
     fn aligned8(
         &mut self,
@@ -367,9 +374,10 @@ impl<R> Receiver<R> {
         let (read_response, allowed) = match opcode {
             Some(rdmap::Opcode::Write) => {
                 let need = access::REMOTE_WRITE;
-                if host
-                    .check(stag, to, payload_len as u64, need, self.access)
-                    .is_err()
+                if !host.in_place(stag)
+                    || host
+                        .check(stag, to, payload_len as u64, need, self.access)
+                        .is_err()
                 {
                     return Ok(None);
                 }

@@ -204,6 +204,12 @@ pub trait SendHost {
         n: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), AccessFault>;
+    /// Whether the stream may take bytes of tagged buffer `stag` straight
+    /// from its memory (a [`Span`]); if not, they are read with
+    /// [`SendHost::read_source`] into the sender's buffer.
+    fn in_place(&mut self, _stag: u32) -> bool {
+        true
+    }
     /// Appends the spans of registered memory that hold `n` payload bytes
     /// from message offset `off`, each checked, to `spans`; false (nothing
     /// appended) if the payload does not lie in registered memory (inline
@@ -753,7 +759,7 @@ impl<L: Clone, P> Sender<L, P> {
                         len: n as u32,
                         need: access::REMOTE_READ,
                     };
-                    if self.in_place(n) {
+                    if self.in_place(n) && host.in_place(r.src_stag) {
                         host.check_span(&span).map_err(|_| span.fault())?;
                         self.push_fpdu_spans(&hdr, &[span], n)?;
                     } else {

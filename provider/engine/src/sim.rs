@@ -66,6 +66,9 @@ pub struct Sim {
     /// Requests handed to the "media worker", with their tickets.
     pub deferred: VecDeque<(u64, Inbound)>,
     next_ticket: u64,
+    /// STags whose memory the driver cannot place in place or send from in
+    /// place (as on-demand paging memory in the provider).
+    pub copied_only: Vec<u32>,
 }
 
 /// A posted send work request; `payload` is its local buffer list (also
@@ -98,6 +101,7 @@ impl Sim {
             finished: std::collections::BTreeMap::new(),
             deferred: VecDeque::new(),
             next_ticket: 1,
+            copied_only: Vec::new(),
         }
     }
 
@@ -330,6 +334,10 @@ impl Host for Sim {
         self.resolve(stag, to, len, need, allowed).map(|_| ())
     }
 
+    fn in_place(&mut self, stag: u32) -> bool {
+        !self.copied_only.contains(&stag)
+    }
+
     fn aligned8(
         &mut self,
         stag: u32,
@@ -450,6 +458,10 @@ impl SendHost for Sim {
             length: w.length,
             payload: w.payload,
         })
+    }
+
+    fn in_place(&mut self, stag: u32) -> bool {
+        !self.copied_only.contains(&stag)
     }
 
     fn check_payload(&mut self, p: &Sges, need: u32) -> Result<(), AccessFault> {

@@ -313,6 +313,24 @@ fn any_segmentation_of_the_stream_gives_the_same_result() {
 }
 
 #[test]
+fn memory_the_driver_cannot_place_in_place_takes_the_buffered_path() {
+    // A large Write to a buffer the driver reaches only by copying
+    // (on-demand paging memory in the provider): nothing of it is placed in
+    // place, and it lands all the same, in any segmentation.
+    let peer = Peer::new(true);
+    let write = pattern(900, 4);
+    let stream = peer.tagged(rdmap::Opcode::Write, BUF, BUF_IOVA + 5, true, &write);
+    for chunk in [1, 37, 5000] {
+        let mut s = sim();
+        s.copied_only.push(BUF);
+        let mut rx = Receiver::new(inplace(true));
+        let direct = feed(&mut rx, &mut s, &stream, chunk).unwrap();
+        assert_eq!(direct, 0, "chunk {chunk}");
+        assert_eq!(s.bytes(BUF, BUF_IOVA + 5, 900), &write[..], "chunk {chunk}");
+    }
+}
+
+#[test]
 fn a_payload_placed_in_place_is_checked_against_its_crc_and_its_read() {
     // A Write and the Read Response of a pending Read, placed in place, each
     // delivered in pieces: they land as buffered ones do, the Read completes.

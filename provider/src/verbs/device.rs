@@ -72,8 +72,21 @@ pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
             DEVICE_FLUSH_GLOBAL | DEVICE_FLUSH_PERSISTENT | DEVICE_ATOMIC_WRITE;
     }
     a.phys_port_cnt_ex = 1;
+    // On-demand paging: the provider reaches registered memory from user
+    // space, so an MR need not be mapped at registration (nor the whole
+    // address space, implicitly); see crate::odp. Reliable connections only.
+    a.odp_caps.general_caps = u64::from(IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT);
+    a.odp_caps.per_transport_caps.rc_odp_caps = ODP_RC_CAPS;
     a
 }
+
+/// What on-demand paging MRs serve on an RC QP.
+pub const ODP_RC_CAPS: u32 = IBV_ODP_SUPPORT_SEND
+    | IBV_ODP_SUPPORT_RECV
+    | IBV_ODP_SUPPORT_WRITE
+    | IBV_ODP_SUPPORT_READ
+    | IBV_ODP_SUPPORT_ATOMIC
+    | IBV_ODP_SUPPORT_SRQ_RECV;
 
 pub(super) unsafe extern "C" fn query_port(
     ctx: *mut ibv_context,

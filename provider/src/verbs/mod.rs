@@ -290,6 +290,7 @@ pub(crate) use wr::{begin_dv, fail_batch, flush_flags, flush_wqe};
 /// The ops table handed to libibverbs; entries left out answer EOPNOTSUPP.
 pub fn ops() -> verbs_context_ops {
     verbs_context_ops {
+        advise_mr: Some(advise_mr),
         alloc_pd: Some(alloc_pd),
         async_event: Some(async_event),
         create_cq: Some(create_cq),

@@ -260,11 +260,23 @@ fn checked(
             "remote write or atomic access needs local write access".into(),
         ));
     }
-    if (addr == 0 && len > 0) || addr.checked_add(len).is_none() {
+    let odp = access & IBV_ACCESS_ON_DEMAND != 0;
+    // Implicit on-demand paging: the whole address space (iova = address).
+    let implicit = odp && addr == 0 && len == u64::MAX;
+    if (addr == 0 && len > 0 && !implicit) || addr.checked_add(len).is_none() {
         return Err((libc::EINVAL, format!("bad range {addr:#x}+{len}")));
     }
+    let durable = mem::ACCESS_FLUSH_GLOBAL | mem::ACCESS_FLUSH_PERSISTENT;
+    if odp && (access & durable != 0 || hash.is_some()) {
+        // Flush and Verify reach the memory through a pointer (the medium).
+        return Err((
+            libc::EOPNOTSUPP,
+            "on-demand paging memory cannot be flushable or verifiable".into(),
+        ));
+    }
     let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
-    if len > 0 && !mapped(addr, len, writable) {
+    // On-demand paging memory need not be mapped now: every access checks.
+    if len > 0 && !odp && !mapped(addr, len, writable) {
         return Err((
             libc::EFAULT,
             format!("{addr:#x}+{len} is not mapped with the needed protection"),
@@ -424,6 +436,83 @@ pub(super) fn mapped(addr: u64, len: u64, writable: bool) -> bool {
         // Without /proc the check cannot be made; the registration goes ahead.
         Err(_) => true,
     }
+}
+
+/// `IBV_ADVISE_MR_FLAG_FLUSH`: the prefetch is done when the call returns.
+const ADVISE_FLUSH: u32 = 1 << 0;
+
+/// `ibv_advise_mr`: prefetch the pages of on-demand paging memory (for
+/// reading, or for writing), or, without faults, only validate the request
+/// (xiw holds no translation that could be primed). A synchronous prefetch
+/// (`IBV_ADVISE_MR_FLAG_FLUSH`) reports memory that is not mapped
+/// (`EFAULT`); an asynchronous one, like an RNIC's, does not. Returns 0 or
+/// an errno.
+pub(super) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> i32 {
+    guard(libc::EIO, || {
+        let write = match advice {
+            IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH | IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => {
+                false
+            }
+            IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => true,
+            _ => return libc::EOPNOTSUPP,
+        };
+        if flags & !ADVISE_FLUSH != 0 {
+            return libc::EOPNOTSUPP;
+        }
+        if pd.is_null() || sg_list.is_null() || num_sge == 0 {
+            return libc::EINVAL;
+        }
+        // SAFETY: pd is ours; the caller passes `num_sge` SGEs.
+        let (p, sh, sges) = unsafe {
+            (
+                pd_of(pd),
+                shared((*pd).context),
+                std::slice::from_raw_parts(sg_list, num_sge as usize),
+            )
+        };
+        // Every SGE is checked before any page is brought in.
+        let mut ranges = Vec::with_capacity(sges.len());
+        for s in sges {
+            let len = u64::from(s.length);
+            let Some(mr) = sh.mrs.view(s.lkey) else {
+                return libc::EINVAL;
+            };
+            let inside = s
+                .addr
+                .checked_sub(mr.iova)
+                .is_some_and(|off| off <= mr.len && len <= mr.len - off);
+            let needed = if write { IBV_ACCESS_LOCAL_WRITE } else { 0 };
+            if mr.pd != p.id
+                || mr.access & IBV_ACCESS_ON_DEMAND == 0
+                || mr.access & needed != needed
+                || !inside
+            {
+                return libc::EINVAL;
+            }
+            ranges.push((mr.addr + (s.addr - mr.iova), len));
+        }
+        if advice == IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT {
+            return 0;
+        }
+        for (addr, len) in ranges {
+            if let Err(e) = crate::odp::populate(addr, len, write) {
+                crate::log::debug(
+                    &sh.log,
+                    format_args!("advise_mr: {addr:#x}+{len} not brought in: errno {e}"),
+                );
+                if flags & ADVISE_FLUSH != 0 {
+                    return e;
+                }
+            }
+        }
+        0
+    })
 }
 
 pub(super) unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
