@@ -55,6 +55,7 @@ typedef uint64_t __u64;
 #define XIW_OP_ATOMIC_MASKED_CMP_SWP	12
 #define XIW_OP_ATOMIC_MASKED_FETCH_ADD	13
 #define XIW_OP_ATOMIC_SWAP		14
+#define XIW_OP_BIND_MW			15
 
 #define XIW_WQE_SIGNALED	(1u << 0)
 #define XIW_WQE_SOLICITED	(1u << 1)

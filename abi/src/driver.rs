@@ -425,7 +425,7 @@ pub struct verbs_context_ops {
         ) -> c_int,
     >,
     pub alloc_dm: Op,
-    pub alloc_mw: Op,
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, ibv_mw_type) -> *mut ibv_mw>,
     pub alloc_null_mr: Op,
     pub alloc_parent_domain: Option<
         unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd,
@@ -436,7 +436,7 @@ pub struct verbs_context_ops {
     pub async_event: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event)>,
     pub attach_counters_point_flow: Op,
     pub attach_mcast: Op,
-    pub bind_mw: Op,
+    pub bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int>,
     pub close_xrcd: Op,
     pub cq_event: Op,
     pub create_ah: Op,
@@ -457,7 +457,7 @@ pub struct verbs_context_ops {
     pub create_srq_ex:
         Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq>,
     pub create_wq: Op,
-    pub dealloc_mw: Op,
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
     pub dealloc_pd: Option<unsafe extern "C" fn(*mut ibv_pd) -> c_int>,
     pub dealloc_td: Option<unsafe extern "C" fn(*mut ibv_td) -> c_int>,
     pub dereg_mr: Option<unsafe extern "C" fn(*mut verbs_mr) -> c_int>,

@@ -82,6 +82,10 @@ pub mod op {
     pub const ATOMIC_MASKED_CMP_SWP: u8 = 12;
     pub const ATOMIC_MASKED_FETCH_ADD: u8 = 13;
     pub const ATOMIC_SWAP: u8 = 14;
+    /// Binds a memory window: `rkey` its new STag, `remote_addr` and
+    /// `operand0` the range of the region whose key is `operand1`, `op_flags`
+    /// the window's rights, `imm_or_inv` its type (1 or 2).
+    pub const BIND_MW: u8 = 15;
 }
 
 /// [`SendWqe::flags`].

@@ -99,6 +99,7 @@ fn c_header_matches_rust_layout() {
             op::ATOMIC_MASKED_FETCH_ADD as u64,
         ),
         ("XIW_OP_ATOMIC_SWAP", op::ATOMIC_SWAP as u64),
+        ("XIW_OP_BIND_MW", op::BIND_MW as u64),
         ("XIW_WQE_SIGNALED", wqe_flag::SIGNALED as u64),
         ("XIW_WQE_SOLICITED", wqe_flag::SOLICITED as u64),
         ("XIW_WQE_FENCE", wqe_flag::FENCE as u64),

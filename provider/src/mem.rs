@@ -19,6 +19,16 @@ use xiw_abi::verbs::*;
 pub use xiw_engine::fault::AccessFault as AccessError;
 use xiw_engine::send::Span;
 
+/// Who reaches registered memory: a QP, of protection domain `pd`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct By {
+    pub pd: u32,
+    pub qpn: u32,
+}
+
+/// An entry of the table: a memory region, or a memory window (RFC 5040
+/// section 2.1: a window is an STag that grants a peer access to a part of a
+/// region, with rights of its own).
 pub struct Mr {
     /// Host address of the first byte.
     pub addr: u64,
@@ -31,7 +41,36 @@ pub struct Mr {
     valid: AtomicBool,
     /// The medium behind a flushable or verifiable MR, and its Verify hash.
     pub ext: Option<Box<MrExt>>,
+    /// A memory window: what it is bound to.
+    pub window: Option<Window>,
+    /// For a region: the windows bound to it now (it stays registered
+    /// meanwhile).
+    windows: u32,
 }
+
+/// What a memory window is bound to (its bounds and rights are the entry's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// 1 or 2 (`IBV_MW_TYPE_*`).
+    pub kind: u8,
+    /// The region it is bound to (its STag), if it is bound.
+    pub mr: Option<u32>,
+    /// Type 2: the QP it was bound through, the only one that may use it.
+    pub qpn: u32,
+}
+
+/// Rights a peer's request needs: what only a region's key may give locally
+/// is never asked of a window.
+const REMOTE_RIGHTS: u32 = IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | ACCESS_FLUSH_GLOBAL
+    | ACCESS_FLUSH_PERSISTENT
+    | ACCESS_VERIFY;
+
+/// The rights a window may grant (`IBV_ACCESS_ZERO_BASED` is not a right).
+const WINDOW_RIGHTS: u32 =
+    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
 
 impl Mr {
     /// An on-demand paging MR: its memory may not be mapped.
@@ -53,7 +92,7 @@ impl Mr {
     /// the MR's and the QP's (`allowed`) permissions.
     fn check(
         &self,
-        pd: u32,
+        by: By,
         to: u64,
         len: u64,
         need: u32,
@@ -62,7 +101,18 @@ impl Mr {
         if !self.valid.load(Ordering::Acquire) {
             return Err(AccessError::InvalidStag);
         }
-        if self.pd != pd {
+        if let Some(w) = &self.window {
+            // A window is a key for peers only, and a type 2 window one for
+            // the stream of the QP it was bound through (RFC 5041 section
+            // 7.2: the STag is associated with the stream).
+            if need & REMOTE_RIGHTS == 0 {
+                return Err(AccessError::InvalidStag);
+            }
+            if w.kind == 2 && w.qpn != by.qpn {
+                return Err(AccessError::WrongPd);
+            }
+        }
+        if self.pd != by.pd {
             return Err(AccessError::WrongPd);
         }
         to.checked_add(len).ok_or(AccessError::Wrap)?;
@@ -88,6 +138,10 @@ pub struct MrView {
     pub iova: u64,
     pub access: u32,
     pub hash: Option<Hash>,
+    /// A window, not a region.
+    pub window: bool,
+    /// Windows bound to the region.
+    pub windows: u32,
 }
 
 impl Mr {
@@ -99,6 +153,8 @@ impl Mr {
             iova: self.iova,
             access: self.access,
             hash: self.ext.as_ref().and_then(|e| e.hash),
+            window: self.window.is_some(),
+            windows: self.windows,
         }
     }
 }
@@ -112,6 +168,8 @@ pub struct MrSpec {
     pub iova: u64,
     pub access: u32,
     pub ext: Option<Box<MrExt>>,
+    /// A memory window (bound to nothing yet) rather than a region.
+    pub window: Option<Window>,
 }
 
 impl MrSpec {
@@ -123,8 +181,11 @@ impl MrSpec {
             access: self.access,
             pd: self.pd,
             key,
-            valid: AtomicBool::new(true),
+            // A window grants nothing until it is bound.
+            valid: AtomicBool::new(self.window.is_none()),
             ext: self.ext,
+            window: self.window,
+            windows: 0,
         }
     }
 }
@@ -153,6 +214,7 @@ impl MrTable {
             iova,
             access,
             ext: None,
+            window: None,
         })
     }
 
@@ -199,28 +261,169 @@ impl MrTable {
         Some(true)
     }
 
-    /// Removes an MR; waits for any access in progress (it holds the read lock).
-    pub fn deregister(&self, stag: u32) -> bool {
+    /// Removes an MR; waits for any access in progress (it holds the read
+    /// lock). `EINVAL` if `stag` names no region, `EBUSY` while windows are
+    /// bound to it.
+    pub fn deregister(&self, stag: u32) -> Result<(), i32> {
+        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let mr = lookup(&s, stag).map_err(|_| libc::EINVAL)?;
+        if mr.window.is_some() {
+            return Err(libc::EINVAL);
+        }
+        if mr.windows > 0 {
+            return Err(libc::EBUSY);
+        }
+        let index = (stag >> 8) as usize;
+        s.mrs[index] = None;
+        s.free.push(index as u32);
+        Ok(())
+    }
+
+    /// Invalidates an STag: a region, or a type 2 window, which is unbound
+    /// (Local Invalidate, or `remote`ly Send with Invalidate, which for a
+    /// window must come on the stream of the QP it was bound through). RFC
+    /// 5040 section 6.4.
+    pub fn invalidate(&self, stag: u32, by: By, remote: bool) -> Result<(), AccessError> {
+        let window = {
+            let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+            let mr = lookup(&s, stag)?;
+            if mr.pd != by.pd {
+                return Err(AccessError::WrongPd);
+            }
+            if mr.window.is_none() {
+                mr.valid.store(false, Ordering::Release);
+                return Ok(());
+            }
+            mr.window
+        };
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
         let index = (stag >> 8) as usize;
-        match s.mrs.get(index) {
-            Some(Some(mr)) if mr.key == stag as u8 => {
-                s.mrs[index] = None;
-                s.free.push(index as u32);
-                true
+        match lookup(&s, stag)?.window {
+            Some(w) if Some(w) == window && w.kind == 2 => {
+                if w.mr.is_none() {
+                    return Err(AccessError::InvalidStag);
+                }
+                if remote && w.qpn != by.qpn {
+                    return Err(AccessError::WrongPd);
+                }
+                unbind(&mut s, index);
+                Ok(())
             }
-            _ => false,
+            // A type 1 window is unbound by binding it with length 0.
+            _ => Err(AccessError::Access),
         }
     }
 
-    /// Invalidates an STag (Send with Invalidate, Local Invalidate). RFC 5040 section 6.4.
-    pub fn invalidate(&self, stag: u32, pd: u32) -> Result<(), AccessError> {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
-        let mr = lookup(&s, stag)?;
-        if mr.pd != pd {
+    /// A memory window of type `kind` (1 or 2) in protection domain `pd`,
+    /// bound to nothing; its STag.
+    pub fn alloc_window(&self, pd: u32, kind: u8) -> u32 {
+        self.register_ext(MrSpec {
+            pd,
+            addr: 0,
+            len: 0,
+            iova: 0,
+            access: 0,
+            ext: None,
+            window: Some(Window {
+                kind,
+                mr: None,
+                qpn: 0,
+            }),
+        })
+    }
+
+    /// Frees the window in slot `index` (unbinding it); false if there is
+    /// none. By index: a type 2 window's key changes with each bind.
+    pub fn free_window(&self, index: u32) -> bool {
+        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let index = index as usize;
+        if !matches!(s.mrs.get(index), Some(Some(m)) if m.window.is_some()) {
+            return false;
+        }
+        unbind(&mut s, index);
+        s.mrs[index] = None;
+        s.free.push(index as u32);
+        true
+    }
+
+    /// Binds the window whose new STag is `stag` (its index, with a new key)
+    /// to `[to, to+len)` of the region `mr`, granting `access` (remote read,
+    /// write, atomic; `IBV_ACCESS_ZERO_BASED` to address it from 0), through
+    /// a QP of `by`; length 0 unbinds it. The window must be of type `kind`
+    /// and of the QP's protection domain, and a type 2 window unbound; the
+    /// region must be of that domain, allow binding and hold the range; a
+    /// window granting remote write or atomic access needs a region that
+    /// allows local writes. On failure nothing changes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_window(
+        &self,
+        by: By,
+        stag: u32,
+        kind: u8,
+        mr: u32,
+        to: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), AccessError> {
+        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let index = (stag >> 8) as usize;
+        let w = match s.mrs.get(index) {
+            Some(Some(w)) => w,
+            _ => return Err(AccessError::InvalidStag),
+        };
+        let Some(win) = w.window.filter(|w| w.kind == kind) else {
+            return Err(AccessError::InvalidStag);
+        };
+        if w.pd != by.pd {
             return Err(AccessError::WrongPd);
         }
-        mr.valid.store(false, Ordering::Release);
+        if kind == 2 && win.mr.is_some() {
+            return Err(AccessError::Access);
+        }
+        if access & !(WINDOW_RIGHTS | IBV_ACCESS_ZERO_BASED) != 0 {
+            return Err(AccessError::Access);
+        }
+        let bound = if len == 0 {
+            None
+        } else {
+            let r = lookup(&s, mr)?;
+            if r.window.is_some() {
+                return Err(AccessError::InvalidStag);
+            }
+            let host = r.check(by, to, len, IBV_ACCESS_MW_BIND, u32::MAX)?;
+            let writes = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+            if access & writes != 0 && r.access & IBV_ACCESS_LOCAL_WRITE == 0 {
+                return Err(AccessError::Access);
+            }
+            Some((host, r.access & IBV_ACCESS_ON_DEMAND))
+        };
+        unbind(&mut s, index);
+        s.keys[index] = stag as u8;
+        if let Some((host, odp)) = bound {
+            if let Some(Some(r)) = s.mrs.get_mut((mr >> 8) as usize) {
+                r.windows += 1;
+            }
+            let Some(Some(w)) = s.mrs.get_mut(index) else {
+                unreachable!("looked up above")
+            };
+            w.addr = host;
+            w.iova = if access & IBV_ACCESS_ZERO_BASED != 0 {
+                0
+            } else {
+                to
+            };
+            w.len = len;
+            w.access = (access & WINDOW_RIGHTS) | odp;
+            w.window = Some(Window {
+                kind,
+                mr: Some(mr),
+                qpn: by.qpn,
+            });
+            w.valid.store(true, Ordering::Release);
+        }
+        if let Some(Some(w)) = s.mrs.get_mut(index) {
+            w.key = stag as u8;
+        }
         Ok(())
     }
 
@@ -229,13 +432,13 @@ impl MrTable {
     pub fn with_mem<R>(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         len: usize,
         need: u32,
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R, AccessError> {
-        self.with_mem_allowed(stag, pd, to, len, need, u32::MAX, f)
+        self.with_mem_allowed(stag, by, to, len, need, u32::MAX, f)
     }
 
     /// As [`MrTable::with_mem`], for a remote request on a QP whose
@@ -244,14 +447,14 @@ impl MrTable {
     pub fn with_mem_allowed<R>(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         len: usize,
         need: u32,
         allowed: u32,
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R, AccessError> {
-        self.with_mr_allowed(stag, pd, to, len, need, allowed, |host, _| {
+        self.with_mr_allowed(stag, by, to, len, need, allowed, |host, _| {
             f(host as *mut u8)
         })
     }
@@ -261,7 +464,7 @@ impl MrTable {
     pub fn with_mr_allowed<R>(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         len: usize,
         need: u32,
@@ -269,7 +472,7 @@ impl MrTable {
         f: impl FnOnce(u64, &Mr) -> R,
     ) -> Result<R, AccessError> {
         self.with_reader(|r| {
-            let (host, mr) = r.mr(stag, pd, to, len, need, allowed)?;
+            let (host, mr) = r.mr(stag, by, to, len, need, allowed)?;
             Ok(f(host as u64, mr))
         })
     }
@@ -280,13 +483,13 @@ impl MrTable {
     pub fn check(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         len: usize,
         need: u32,
         allowed: u32,
     ) -> Result<(), AccessError> {
-        self.with_mr_allowed(stag, pd, to, len, need, allowed, |p, mr| {
+        self.with_mr_allowed(stag, by, to, len, need, allowed, |p, mr| {
             let write = need
                 & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
                 != 0;
@@ -302,13 +505,13 @@ impl MrTable {
     pub fn atomic<R>(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         need: u32,
         allowed: u32,
         f: impl FnOnce(&AtomicU64) -> R,
     ) -> Result<Option<R>, AccessError> {
-        self.with_mr_allowed(stag, pd, to, 8, need, allowed, |p, mr| {
+        self.with_mr_allowed(stag, by, to, 8, need, allowed, |p, mr| {
             if !p.is_multiple_of(8) {
                 return Ok(None);
             }
@@ -331,25 +534,25 @@ impl MrTable {
     pub fn write(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         data: &[u8],
         need: u32,
     ) -> Result<(), AccessError> {
-        self.write_allowed(stag, pd, to, data, need, u32::MAX)
+        self.write_allowed(stag, by, to, data, need, u32::MAX)
     }
 
     /// As [`MrTable::write`], for a remote request on a QP whose `qp_access_flags` are `allowed`.
     pub fn write_allowed(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         data: &[u8],
         need: u32,
         allowed: u32,
     ) -> Result<(), AccessError> {
-        self.with_mr_allowed(stag, pd, to, data.len(), need, allowed, |p, mr| {
+        self.with_mr_allowed(stag, by, to, data.len(), need, allowed, |p, mr| {
             if mr.odp() {
                 return crate::odp::write(p, data)
                     .then_some(())
@@ -367,13 +570,13 @@ impl MrTable {
     pub fn read(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         len: usize,
         need: u32,
         out: &mut Vec<u8>,
     ) -> Result<(), AccessError> {
-        self.with_mr_allowed(stag, pd, to, len, need, u32::MAX, |p, mr| {
+        self.with_mr_allowed(stag, by, to, len, need, u32::MAX, |p, mr| {
             if mr.odp() {
                 let at = out.len();
                 out.resize(at + len, 0);
@@ -395,7 +598,7 @@ impl MrTable {
     /// if any check fails or they do not fit.
     pub fn gather(
         &self,
-        pd: u32,
+        by: By,
         parts: impl Iterator<Item = (u32, u64, usize)>,
         out: &mut [u8],
     ) -> Result<usize, AccessError> {
@@ -403,7 +606,7 @@ impl MrTable {
             let mut at = 0;
             for (key, addr, len) in parts.filter(|p| p.2 > 0) {
                 let dst = out.get_mut(at..at + len).ok_or(AccessError::Bounds)?;
-                let (src, mr) = r.mr(key, pd, addr, len, NEED_NONE, u32::MAX)?;
+                let (src, mr) = r.mr(key, by, addr, len, NEED_NONE, u32::MAX)?;
                 if mr.odp() {
                     if !crate::odp::read(src as u64, dst) {
                         return Err(AccessError::Access);
@@ -439,6 +642,7 @@ impl MrTable {
         lookup(&s, stag).ok().map(|m| m.access)
     }
 
+    /// Regions and windows of protection domain `pd`.
     pub fn count_for_pd(&self, pd: u32) -> usize {
         let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
         s.mrs.iter().flatten().filter(|m| m.pd == pd).count()
@@ -457,13 +661,13 @@ impl Reader<'_> {
     pub fn mem(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         len: usize,
         need: u32,
         allowed: u32,
     ) -> Result<*mut u8, AccessError> {
-        match self.mr(stag, pd, to, len, need, allowed)? {
+        match self.mr(stag, by, to, len, need, allowed)? {
             (_, mr) if mr.odp() => Err(AccessError::Access),
             (at, _) => Ok(at),
         }
@@ -473,14 +677,20 @@ impl Reader<'_> {
     fn mr(
         &self,
         stag: u32,
-        pd: u32,
+        by: By,
         to: u64,
         len: usize,
         need: u32,
         allowed: u32,
     ) -> Result<(*mut u8, &Mr), AccessError> {
         let mr = lookup(&self.0, stag)?;
-        let at = mr.check(pd, to, len as u64, need, allowed)?;
+        let at = mr.check(by, to, len as u64, need, allowed)?;
+        // Through a window, the region must still be valid too.
+        if let Some(Window { mr: Some(r), .. }) = mr.window {
+            if !lookup(&self.0, r)?.valid.load(Ordering::Acquire) {
+                return Err(AccessError::InvalidStag);
+            }
+        }
         Ok((at as *mut u8, mr))
     }
 
@@ -490,7 +700,7 @@ impl Reader<'_> {
     /// paging MR, which the stream may not reach in place.
     pub fn spans(
         &self,
-        pd: u32,
+        by: By,
         parts: impl Iterator<Item = (u32, u64, usize)>,
         n: usize,
         need: u32,
@@ -499,7 +709,7 @@ impl Reader<'_> {
         let mut found = 0;
         let start = out.len();
         for (key, addr, len) in parts {
-            if self.mr(key, pd, addr, len, need, u32::MAX)?.1.odp() {
+            if self.mr(key, by, addr, len, need, u32::MAX)?.1.odp() {
                 out.truncate(start);
                 return Ok(false);
             }
@@ -515,6 +725,24 @@ impl Reader<'_> {
             return Err(AccessError::Bounds);
         }
         Ok(true)
+    }
+}
+
+/// Unbinds the window at `index`, if it is bound: it grants nothing, and its
+/// region may go.
+fn unbind(s: &mut Slots, index: usize) {
+    let Some(Some(w)) = s.mrs.get_mut(index) else {
+        return;
+    };
+    let Some(win) = w.window.as_mut() else {
+        return;
+    };
+    let Some(mr) = win.mr.take() else { return };
+    w.valid.store(false, Ordering::Release);
+    w.len = 0;
+    w.access = 0;
+    if let Some(Some(r)) = s.mrs.get_mut((mr >> 8) as usize) {
+        r.windows -= 1;
     }
 }
 
@@ -538,6 +766,7 @@ pub const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC
     | IBV_ACCESS_ON_DEMAND
+    | IBV_ACCESS_MW_BIND
     // A hint that the memory is huge pages: nothing to do with it.
     | IBV_ACCESS_HUGETLB
     | ACCESS_FLUSH_GLOBAL
@@ -547,6 +776,11 @@ pub const SUPPORTED_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// QP 0x100 of PD 1, QP 0x200 of PD 1, QP 0x300 of PD 2.
+    const P1: By = By { pd: 1, qpn: 0x100 };
+    const P1B: By = By { pd: 1, qpn: 0x200 };
+    const P2: By = By { pd: 2, qpn: 0x300 };
 
     /// A replacement computed from a view applies only while the MR is still
     /// what the view says, and keeps the STag.
@@ -560,6 +794,7 @@ mod tests {
             iova: addr,
             access,
             ext: None,
+            window: None,
         };
         let stag = t.register(1, 0x1000, 64, 0x1000, IBV_ACCESS_LOCAL_WRITE);
         let old = t.view(stag).expect("registered");
@@ -576,7 +811,7 @@ mod tests {
         // `old` no longer describes it: a change made from it is refused.
         assert_eq!(t.replace(stag, &old, spec(0x3000, 0)), Some(false));
         assert_eq!(t.view(stag).map(|v| v.addr), Some(0x2000));
-        assert!(t.deregister(stag));
+        assert_eq!(t.deregister(stag), Ok(()));
         assert_eq!(t.view(stag), None);
         assert_eq!(t.replace(stag, &old, spec(0x3000, 0)), None);
     }
@@ -594,32 +829,161 @@ mod tests {
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
         );
         assert!(stag >> 8 >= 1);
-        t.write(stag, 1, 0x1010, b"abc", IBV_ACCESS_REMOTE_WRITE)
+        t.write(stag, P1, 0x1010, b"abc", IBV_ACCESS_REMOTE_WRITE)
             .unwrap();
         assert_eq!(&buf[16..19], b"abc");
-        assert_eq!(t.write(stag, 2, 0x1010, b"x", 0), Err(AccessError::WrongPd));
-        assert_eq!(t.write(stag, 1, 0x103f, b"xy", 0), Err(AccessError::Bounds));
-        assert_eq!(t.write(stag, 1, 0xfff, b"x", 0), Err(AccessError::Bounds));
-        assert_eq!(t.write(stag, 1, u64::MAX, b"xy", 0), Err(AccessError::Wrap));
         assert_eq!(
-            t.write(stag, 1, 0x1000, b"x", IBV_ACCESS_REMOTE_READ),
+            t.write(stag, P2, 0x1010, b"x", 0),
+            Err(AccessError::WrongPd)
+        );
+        assert_eq!(
+            t.write(stag, P1, 0x103f, b"xy", 0),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(t.write(stag, P1, 0xfff, b"x", 0), Err(AccessError::Bounds));
+        assert_eq!(
+            t.write(stag, P1, u64::MAX, b"xy", 0),
+            Err(AccessError::Wrap)
+        );
+        assert_eq!(
+            t.write(stag, P1, 0x1000, b"x", IBV_ACCESS_REMOTE_READ),
             Err(AccessError::Access)
         );
         assert_eq!(
-            t.write(stag ^ 1, 1, 0x1000, b"x", 0),
+            t.write(stag ^ 1, P1, 0x1000, b"x", 0),
             Err(AccessError::InvalidStag)
         );
-        t.invalidate(stag, 1).unwrap();
+        t.invalidate(stag, P1, false).unwrap();
         assert_eq!(
-            t.write(stag, 1, 0x1000, b"x", 0),
+            t.write(stag, P1, 0x1000, b"x", 0),
             Err(AccessError::InvalidStag)
         );
-        assert!(t.deregister(stag));
+        assert_eq!(t.deregister(stag), Ok(()));
         let again = t.register(1, addr, 64, addr, 0);
         assert_ne!(again, stag, "a reused slot gets a new key");
         assert_eq!(
-            t.write(stag, 1, 0x1000, b"x", 0),
+            t.write(stag, P1, 0x1000, b"x", 0),
             Err(AccessError::InvalidStag)
         );
+    }
+
+    /// Windows: bound to part of a region with rights of their own, for
+    /// peers only; a type 2 window for the QP it was bound through, unbound
+    /// by invalidation; a region with bound windows stays registered.
+    #[test]
+    fn memory_windows() {
+        let t = MrTable::default();
+        let mut buf = vec![0u8; 256];
+        let addr = buf.as_mut_ptr() as u64;
+        let rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
+        let mr = t.register(1, addr, 256, 0x1000, rw);
+        let plain = t.register(1, addr, 256, 0x1000, IBV_ACCESS_LOCAL_WRITE);
+        let w1 = t.alloc_window(1, 1);
+        let w2 = t.alloc_window(1, 2);
+        let next = |stag: u32| stag & !0xff | (stag + 1) & 0xff;
+        let write = IBV_ACCESS_REMOTE_WRITE;
+        assert_eq!(
+            t.write(w1, P1, 0x1000, b"x", write),
+            Err(AccessError::InvalidStag),
+            "unbound"
+        );
+        // Type 1: bound to [0x1040, 0x1080) for remote writes.
+        let b1 = next(w1);
+        t.bind_window(P1, b1, 1, mr, 0x1040, 64, write).unwrap();
+        t.write(b1, P1B, 0x1040, b"abc", write).unwrap();
+        assert_eq!(&buf[0x40..0x43], b"abc");
+        assert_eq!(
+            t.write(w1, P1, 0x1040, b"x", write),
+            Err(AccessError::InvalidStag),
+            "old key"
+        );
+        assert_eq!(
+            t.write(b1, P1, 0x1030, b"x", write),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(
+            t.write(b1, P1, 0x107f, b"xy", write),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(
+            t.write(b1, P2, 0x1040, b"x", write),
+            Err(AccessError::WrongPd)
+        );
+        let mut out = Vec::new();
+        assert_eq!(
+            t.read(b1, P1, 0x1040, 1, IBV_ACCESS_REMOTE_READ, &mut out),
+            Err(AccessError::Access),
+            "no read right"
+        );
+        assert_eq!(
+            t.read(b1, P1, 0x1040, 1, NEED_NONE, &mut out),
+            Err(AccessError::InvalidStag),
+            "not a local key"
+        );
+        assert_eq!(t.deregister(mr), Err(libc::EBUSY));
+        assert_eq!(t.view(mr).map(|v| v.windows), Some(1));
+        // Refused binds: another type, a region without the bind right, a
+        // range outside it, rights a read-only region cannot back.
+        assert_eq!(
+            t.bind_window(P1, next(w2), 1, mr, 0x1000, 8, write),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(
+            t.bind_window(P1, next(b1), 1, plain, 0x1000, 8, write),
+            Err(AccessError::Access)
+        );
+        assert_eq!(
+            t.bind_window(P1, next(b1), 1, mr, 0x10f0, 32, write),
+            Err(AccessError::Bounds)
+        );
+        assert_eq!(
+            t.bind_window(P2, next(b1), 1, mr, 0x1000, 8, write),
+            Err(AccessError::WrongPd)
+        );
+        let ro = t.register(1, addr, 256, 0x1000, IBV_ACCESS_MW_BIND);
+        assert_eq!(
+            t.bind_window(P1, next(b1), 1, ro, 0x1000, 8, write),
+            Err(AccessError::Access)
+        );
+        t.write(b1, P1, 0x1040, b"d", write).unwrap();
+        // A type 1 window cannot be invalidated; a bind of length 0 unbinds it.
+        assert_eq!(t.invalidate(b1, P1, false), Err(AccessError::Access));
+        let u1 = next(b1);
+        t.bind_window(P1, u1, 1, mr, 0, 0, 0).unwrap();
+        assert_eq!(
+            t.write(u1, P1, 0x1040, b"x", write),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(t.view(mr).map(|v| v.windows), Some(0));
+        // Type 2, zero-based: for the QP it was bound through only.
+        let b2 = next(w2);
+        t.bind_window(P1, b2, 2, mr, 0x1080, 16, write | IBV_ACCESS_ZERO_BASED)
+            .unwrap();
+        t.write(b2, P1, 4, b"z", write).unwrap();
+        assert_eq!(buf[0x84], b'z');
+        assert_eq!(t.write(b2, P1B, 4, b"z", write), Err(AccessError::WrongPd));
+        assert_eq!(
+            t.bind_window(P1, next(b2), 2, mr, 0x1080, 16, write),
+            Err(AccessError::Access),
+            "bound already"
+        );
+        // The region invalidated: nothing through the window either.
+        t.invalidate(mr, P1, false).unwrap();
+        assert_eq!(
+            t.write(b2, P1, 4, b"z", write),
+            Err(AccessError::InvalidStag)
+        );
+        // Remote invalidation must come through the QP it was bound through.
+        assert_eq!(t.invalidate(b2, P1B, true), Err(AccessError::WrongPd));
+        t.invalidate(b2, P1, true).unwrap();
+        assert_eq!(t.invalidate(b2, P1, true), Err(AccessError::InvalidStag));
+        assert_eq!(t.view(mr).map(|v| v.windows), Some(0));
+        assert_eq!(t.deregister(mr), Ok(()));
+        assert_eq!(t.deregister(w2), Err(libc::EINVAL), "a window is no region");
+        assert!(t.free_window(b2 >> 8));
+        assert!(!t.free_window(b2 >> 8));
+        assert!(!t.free_window(mr >> 8), "a region is no window");
+        assert!(t.free_window(u1 >> 8));
+        assert_eq!(t.count_for_pd(1), 2);
     }
 }

@@ -85,6 +85,14 @@ pub struct QpCore {
 }
 
 impl QpCore {
+    /// This QP as it reaches registered memory.
+    pub fn by(&self) -> crate::mem::By {
+        crate::mem::By {
+            pd: self.pd,
+            qpn: self.qpn,
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         sh: Arc<Shared>,
@@ -255,6 +263,7 @@ impl QpCore {
             }
             ring::op::ATOMIC_FETCH_ADD | ring::op::ATOMIC_MASKED_FETCH_ADD => IBV_WC_FETCH_ADD,
             ring::op::LOCAL_INV => IBV_WC_LOCAL_INV,
+            ring::op::BIND_MW => IBV_WC_BIND_MW,
             ring::op::ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
             ring::op::FLUSH => WC_FLUSH,
             ring::op::VERIFY => IBV_WC_DRIVER1,

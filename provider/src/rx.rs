@@ -101,7 +101,7 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
             // held until the bytes are in (deregistration waits for it).
             let want = span.len as usize;
             let got = qp.sh.mrs.with_reader(|mrs| {
-                let at = mrs.mem(span.stag, qp.pd, span.to, want, span.need, allowed)?;
+                let at = mrs.mem(span.stag, qp.by(), span.to, want, span.need, allowed)?;
                 // SAFETY: `at` is `want` bytes of registered memory, writable as
                 // checked just now; `fd` is the QP's stream.
                 let n = unsafe { sock::recv_raw(fd, at, want, libc::MSG_DONTWAIT) };
@@ -241,7 +241,7 @@ impl recv::Host for Placer<'_> {
         let qp = self.qp;
         qp.sh
             .mrs
-            .write_allowed(stag, qp.pd, to, data, need, allowed)
+            .write_allowed(stag, qp.by(), to, data, need, allowed)
     }
 
     fn check(
@@ -254,7 +254,7 @@ impl recv::Host for Placer<'_> {
     ) -> Result<(), AccessError> {
         let len = usize::try_from(len).map_err(|_| AccessError::Bounds)?;
         let qp = self.qp;
-        qp.sh.mrs.check(stag, qp.pd, to, len, need, allowed)
+        qp.sh.mrs.check(stag, qp.by(), to, len, need, allowed)
     }
 
     fn in_place(&mut self, stag: u32) -> bool {
@@ -271,13 +271,13 @@ impl recv::Host for Placer<'_> {
         let qp = self.qp;
         qp.sh
             .mrs
-            .with_mem_allowed(stag, qp.pd, to, 8, need, allowed, |p| {
+            .with_mem_allowed(stag, qp.by(), to, 8, need, allowed, |p| {
                 (p as usize).is_multiple_of(8)
             })
     }
 
     fn invalidate(&mut self, stag: u32) -> Result<(), AccessError> {
-        self.qp.sh.mrs.invalidate(stag, self.qp.pd)
+        self.qp.sh.mrs.invalidate(stag, self.qp.by(), true)
     }
 
     fn take_recv(&mut self) -> Option<RecvJob> {
@@ -339,7 +339,7 @@ impl recv::Host for Placer<'_> {
         let qp = self.qp;
         qp.sh.mrs.with_reader(|r| {
             r.spans(
-                qp.pd,
+                qp.by(),
                 sge_spans(l, off, n),
                 n,
                 IBV_ACCESS_LOCAL_WRITE,
@@ -403,7 +403,7 @@ fn scatter(qp: &QpCore, sges: &[Sge], off: u64, mut data: &[u8]) -> Result<(), A
     for (lkey, addr, take) in sge_spans(sges, off, data.len()) {
         qp.sh
             .mrs
-            .write(lkey, qp.pd, addr, &data[..take], IBV_ACCESS_LOCAL_WRITE)?;
+            .write(lkey, qp.by(), addr, &data[..take], IBV_ACCESS_LOCAL_WRITE)?;
         data = &data[take..];
     }
     Ok(())

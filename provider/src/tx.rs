@@ -277,7 +277,7 @@ fn send_pieces(engine: &Sender<Arc<[Sge]>, Body>, qp: &QpCore, fd: i32) -> Resul
             let (base, len) = match p {
                 Piece::Bytes(b) => (b.as_ptr(), b.len()),
                 Piece::Span(s) => {
-                    match mrs.mem(s.stag, qp.pd, s.to, s.len as usize, s.need, u32::MAX) {
+                    match mrs.mem(s.stag, qp.by(), s.to, s.len as usize, s.need, u32::MAX) {
                         Ok(at) => (at as *const u8, s.len as usize),
                         Err(_) => {
                             lost = Some(s);
@@ -373,7 +373,7 @@ impl send::SendHost for SqHost<'_> {
         for s in sges.iter().filter(|s| s.length > 0) {
             qp.sh
                 .mrs
-                .with_mem(s.lkey, qp.pd, s.addr, s.length as usize, need, |_| ())?;
+                .with_mem(s.lkey, qp.by(), s.addr, s.length as usize, need, |_| ())?;
         }
         Ok(())
     }
@@ -408,7 +408,7 @@ impl send::SendHost for SqHost<'_> {
             Body::Sges(sges) => {
                 let qp = self.qp;
                 for (lkey, addr, take) in sge_spans(sges, off, n) {
-                    qp.sh.mrs.read(lkey, qp.pd, addr, take, NEED_NONE, out)?;
+                    qp.sh.mrs.read(lkey, qp.by(), addr, take, NEED_NONE, out)?;
                 }
                 Ok(())
             }
@@ -425,7 +425,7 @@ impl send::SendHost for SqHost<'_> {
         let qp = self.qp;
         qp.sh
             .mrs
-            .read(stag, qp.pd, to, n, IBV_ACCESS_REMOTE_READ, out)
+            .read(stag, qp.by(), to, n, IBV_ACCESS_REMOTE_READ, out)
     }
 
     fn locate(
@@ -441,7 +441,7 @@ impl send::SendHost for SqHost<'_> {
         let qp = self.qp;
         qp.sh
             .mrs
-            .with_reader(|r| r.spans(qp.pd, sge_spans(sges, off, n), n, NEED_NONE, spans))
+            .with_reader(|r| r.spans(qp.by(), sge_spans(sges, off, n), n, NEED_NONE, spans))
     }
 
     fn in_place(&mut self, stag: u32) -> bool {
@@ -452,7 +452,7 @@ impl send::SendHost for SqHost<'_> {
         let qp = self.qp;
         qp.sh
             .mrs
-            .with_mem(s.stag, qp.pd, s.to, s.len as usize, s.need, |_| ())
+            .with_mem(s.stag, qp.by(), s.to, s.len as usize, s.need, |_| ())
     }
 
     fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
@@ -469,7 +469,22 @@ impl send::SendHost for SqHost<'_> {
     }
 
     fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessError> {
-        self.qp.sh.mrs.invalidate(stag, self.qp.pd)
+        self.qp.sh.mrs.invalidate(stag, self.qp.by(), false)
+    }
+
+    fn bind_window(
+        &mut self,
+        stag: u32,
+        kind: u8,
+        mr: u32,
+        to: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<(), AccessError> {
+        self.qp
+            .sh
+            .mrs
+            .bind_window(self.qp.by(), stag, kind, mr, to, len, access)
     }
 
     fn completed(&mut self, idx: u32, c: Completion) {
@@ -495,6 +510,14 @@ fn wr_op(wqe: &SendWqe, payload: &Body) -> WrOp<Arc<[Sge]>> {
     match (wqe.opcode, payload) {
         (op::LOCAL_INV, _) => WrOp::LocalInvalidate {
             stag: wqe.imm_or_inv,
+        },
+        (op::BIND_MW, _) => WrOp::BindWindow {
+            stag: wqe.rkey,
+            kind: wqe.imm_or_inv as u8,
+            mr: wqe.operand1 as u32,
+            to: wqe.remote_addr,
+            len: wqe.operand0,
+            access: u32::from(wqe.op_flags),
         },
         (o, Body::Sges(local)) if queue1_request(o) => queue1_op(wqe, local.as_slice().into()),
         (o, Body::Inline { .. }) if queue1_request(o) => WrOp::Invalid("inline queue 1 request"),
@@ -608,7 +631,7 @@ pub fn execute(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), F
 
 fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Refused> {
     let mrs = &qp.sh.mrs;
-    let pd = qp.pd;
+    let pd = qp.by();
     let failed = |why: &str| Refused::Failed(why.into());
     Ok(match *req {
         Inbound::Read(_) => unreachable!("reads are streamed by frame_job"),
@@ -887,7 +910,7 @@ mod tests {
                 "opcode {opcode}: ring says {}, engine {op:?}",
                 queue1_request(opcode)
             );
-            assert_eq!(invalid, opcode > op::ATOMIC_SWAP, "opcode {opcode}");
+            assert_eq!(invalid, opcode > op::BIND_MW, "opcode {opcode}");
         }
     }
 }

@@ -22,6 +22,38 @@ pub const MAY_FAIL: &[(&str, &str)] = &[
         "checks the responder's memory when the writer's Write completes",
     ),
     (
+        "test_mw_type1",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_mw_ex_type1",
+        "checks the responder's memory when the writer's Write completes (rdma-core 65 and later)",
+    ),
+    (
+        "test_mw_type2",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_invalidate_mw_type1",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_mw_type2_invalidate_local",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_mw_type2_invalidate_remote",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_mw_type2_invalidate_dealloc",
+        "checks the responder's memory when the writer's Write completes",
+    ),
+    (
+        "test_qp_ex_rc_bind_mw",
+        "expects a Write the responder refuses to complete with the error; an iWARP Write completes when handed to the stream",
+    ),
+    (
         "test_mr_rereg_access_bad_flow",
         "checks the responder's memory when the writer's Write completes",
     ),

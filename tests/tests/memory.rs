@@ -1,10 +1,14 @@
 //! Registered memory beyond plain MRs, through the real libibverbs:
-//! `tests/c/xiw_odp.c` on the shared `lo` device.
+//! `tests/c/xiw_odp.c` and `tests/c/xiw_mw.c` on the shared `lo` device.
 //!
 //! - On-demand paging: capabilities, an ODP MR over memory not mapped yet,
 //!   implicit ODP, Send/Receive, large Write and Read, atomics, every kind of
 //!   access to memory unmapped under an ODP MR (the verbs error, never a
 //!   fault), and `ibv_advise_mr`.
+//! - Memory windows, types 1 and 2: binding (`ibv_bind_mw`, `IBV_WR_BIND_MW`,
+//!   `ibv_wr_bind_mw`), access through a window checked against its bounds,
+//!   rights, key and (type 2) QP, invalidation (Local Invalidate, Send with
+//!   Invalidate, unbinding, freeing) and the refusals.
 //!
 //! By hand (after `pkg/install.sh`):
 //!
@@ -12,6 +16,7 @@
 //! gcc -O2 -o xiw_odp tests/c/xiw_odp.c -libverbs
 //! eval "$(xiw up --netdev lo --root /run/xiw/mine)"
 //! ./xiw_odp
+//! gcc -O2 -o xiw_mw tests/c/xiw_mw.c -libverbs && ./xiw_mw
 //! ```
 
 use std::path::Path;
@@ -29,4 +34,10 @@ fn run(name: &str, args: &[&str], limit: Duration) {
 fn on_demand_paging() {
     let _g = serial();
     run("xiw_odp", &[], Duration::from_secs(60));
+}
+
+#[test]
+fn memory_windows() {
+    let _g = serial();
+    run("xiw_mw", &[], Duration::from_secs(60));
 }

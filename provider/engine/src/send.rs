@@ -99,6 +99,17 @@ pub enum WrOp<L> {
     LocalInvalidate {
         stag: u32,
     },
+    /// Binds memory window `stag` (its new STag) of type `kind` to `[to,
+    /// to+len)` of region `mr` with rights `access`; length 0 unbinds a type
+    /// 1 window. Local: carried out in send queue order, nothing on the wire.
+    BindWindow {
+        stag: u32,
+        kind: u8,
+        mr: u32,
+        to: u64,
+        len: u64,
+        access: u32,
+    },
     /// Nothing this QP can carry out (an inline queue 1 request, an unknown opcode).
     Invalid(&'static str),
 }
@@ -229,6 +240,19 @@ pub trait SendHost {
     /// [`Sender::media_done`] with the ticket returned.
     fn defer(&mut self, req: Inbound) -> u64;
     fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessFault>;
+    /// Carries out a [`WrOp::BindWindow`]; a driver without memory windows
+    /// refuses every bind.
+    fn bind_window(
+        &mut self,
+        _stag: u32,
+        _kind: u8,
+        _mr: u32,
+        _to: u64,
+        _len: u64,
+        _access: u32,
+    ) -> Result<(), AccessFault> {
+        Err(AccessFault::InvalidStag)
+    }
     /// Work request `idx` is finished (completions are reported in send queue
     /// order by the driver).
     fn completed(&mut self, idx: u32, c: Completion);
@@ -794,10 +818,20 @@ impl<L: Clone, P> Sender<L, P> {
             Job::Sq(wr) => match &wr.op {
                 WrOp::Send { .. } | WrOp::Write { .. } => self.frame_data(host, cur),
                 WrOp::LocalInvalidate { stag } => {
-                    match host.invalidate_local(*stag) {
-                        Ok(()) => self.done_at.push_back((wr.idx, self.framed)),
-                        Err(_) => host.completed(wr.idx, Completion::Error(Status::MemoryBind)),
-                    }
+                    let r = host.invalidate_local(*stag);
+                    self.local_done(host, wr.idx, r);
+                    Ok(true)
+                }
+                &WrOp::BindWindow {
+                    stag,
+                    kind,
+                    mr,
+                    to,
+                    len,
+                    access,
+                } => {
+                    let r = host.bind_window(stag, kind, mr, to, len, access);
+                    self.local_done(host, wr.idx, r);
                     Ok(true)
                 }
                 WrOp::Invalid(why) => Err(Fail::local(Status::LocalQpOperation, why)),
@@ -806,6 +840,16 @@ impl<L: Clone, P> Sender<L, P> {
                     Ok(true)
                 }
             },
+        }
+    }
+
+    /// A local work request (Local Invalidate, a window bind) carried out:
+    /// it completes in order once what was framed before it is taken, or
+    /// failed with the memory bind error.
+    fn local_done<H: SendHost>(&mut self, host: &mut H, idx: u32, r: Result<(), AccessFault>) {
+        match r {
+            Ok(()) => self.done_at.push_back((idx, self.framed)),
+            Err(_) => host.completed(idx, Completion::Error(Status::MemoryBind)),
         }
     }
 

@@ -44,12 +44,19 @@ pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
     o.hw_ver = 0;
     o.max_qp = MAX_QP as i32;
     o.max_qp_wr = crate::qp::MAX_QP_WR as i32;
-    o.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_MGT_EXTENSIONS;
+    // Memory windows: type 1, and type 2 tied to the QP and PD it is bound
+    // through (2B).
+    o.device_cap_flags = IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_MEM_MGT_EXTENSIONS
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     o.max_sge = crate::qp::MAX_SGE as i32;
     o.max_sge_rd = crate::qp::MAX_SGE as i32;
     o.max_cq = MAX_QP as i32 * 2;
     o.max_cqe = MAX_CQE as i32;
     o.max_mr = MAX_MR as i32;
+    // Windows and regions share the STag table.
+    o.max_mw = MAX_MR as i32;
     o.max_pd = MAX_PD as i32;
     o.max_qp_rd_atom = crate::qp::MAX_RD_ATOMIC as i32;
     o.max_res_rd_atom = (crate::qp::MAX_RD_ATOMIC * MAX_QP) as i32;

@@ -272,6 +272,7 @@ unsafe fn sges<'a>(list: *const ibv_sge, n: usize) -> &'a [Sge] {
 mod cq;
 mod device;
 mod mr;
+mod mw;
 mod qp;
 mod srq;
 mod wr;
@@ -279,6 +280,7 @@ mod wr;
 use cq::*;
 use device::*;
 use mr::*;
+use mw::*;
 use qp::*;
 use srq::*;
 use wr::*;
@@ -291,7 +293,10 @@ pub(crate) use wr::{begin_dv, fail_batch, flush_flags, flush_wqe};
 pub fn ops() -> verbs_context_ops {
     verbs_context_ops {
         advise_mr: Some(advise_mr),
+        alloc_mw: Some(alloc_mw),
         alloc_pd: Some(alloc_pd),
+        bind_mw: Some(bind_mw),
+        dealloc_mw: Some(dealloc_mw),
         async_event: Some(async_event),
         create_cq: Some(create_cq),
         create_cq_ex: Some(create_cq_ex),

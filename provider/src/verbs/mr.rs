@@ -213,6 +213,7 @@ pub(crate) unsafe fn register_mr(
         iova,
         access: internal,
         ext,
+        window: None,
     });
     let mr = Box::new(XiwMr {
         vmr: verbs_mr {
@@ -359,6 +360,10 @@ unsafe fn rereg(
     // were made for.
     let kept = loop {
         let old = sh.mrs.view(stag).ok_or(libc::EINVAL)?;
+        if old.windows > 0 {
+            // Memory windows are bound to it: they would lose their memory.
+            return Err(libc::EBUSY);
+        }
         // A new translation is tagged from its own address, as registration does.
         let (addr, len, iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
             (addr, len, addr)
@@ -382,6 +387,7 @@ unsafe fn rereg(
             iova,
             access: access | internal,
             ext,
+            window: None,
         };
         match sh.mrs.replace(stag, &old, spec) {
             None => return Err(libc::EINVAL),
@@ -489,6 +495,7 @@ pub(super) unsafe extern "C" fn advise_mr(
                 .is_some_and(|off| off <= mr.len && len <= mr.len - off);
             let needed = if write { IBV_ACCESS_LOCAL_WRITE } else { 0 };
             if mr.pd != p.id
+                || mr.window
                 || mr.access & IBV_ACCESS_ON_DEMAND == 0
                 || mr.access & needed != needed
                 || !inside
@@ -524,7 +531,10 @@ pub(super) unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
         let (stag, ctx) = unsafe { ((*vmr).ibv_mr.lkey, (*vmr).ibv_mr.context) };
         // SAFETY: as above.
         let sh = unsafe { shared(ctx) };
-        sh.mrs.deregister(stag);
+        if let Err(e) = sh.mrs.deregister(stag) {
+            // EBUSY: memory windows are bound to it.
+            return e;
+        }
         // SAFETY: the MR's PD (libibverbs keeps `pd` current across rereg).
         unsafe { domain_use((*vmr).ibv_mr.pd, false) };
         // SAFETY: allocated by reg_mr with Box; handed back once.

@@ -6,7 +6,8 @@ pub const SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
     | IBV_QP_EX_WITH_SEND_WITH_INV
     | IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_READ
-    | IBV_QP_EX_WITH_LOCAL_INV) as u64;
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_BIND_MW) as u64;
 
 /// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45+), and xiw's own Verify and masked atomics (xiwdv.h).
 pub const QP_EX_WITH_FLUSH: u64 = 1 << 11;
@@ -149,6 +150,7 @@ pub(super) fn new_qp(
         ex.wr_rdma_write = Some(wr_rdma_write);
         ex.wr_rdma_read = Some(wr_rdma_read);
         ex.wr_local_inv = Some(wr_local_inv);
+        ex.wr_bind_mw = Some(wr_bind_mw);
         if sh_ref.cfg.extensions {
             ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
             ex.wr_send_imm = Some(wr_send_imm);
@@ -419,6 +421,11 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
                 wqe.opcode = op::LOCAL_INV;
                 wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
             }
+            IBV_WR_BIND_MW => {
+                let b = &w.__bindgen_anon_2.bind_mw;
+                // Only a type 2 window is bound by a work request.
+                bind_wqe(&mut wqe, b.mw, IBV_MW_TYPE_2, b.rkey, &b.bind_info)?;
+            }
             IBV_WR_RDMA_WRITE_WITH_IMM if q.sh.cfg.extensions => {
                 wqe.opcode = op::WRITE_IMM;
                 wqe.remote_addr = w.wr.rdma.remote_addr;
@@ -456,7 +463,7 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
                     q.sh.mrs
                         .read(
                             s.lkey,
-                            q.pd,
+                            q.by(),
                             s.addr,
                             s.length as usize,
                             NEED_NONE,
@@ -475,7 +482,7 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
 
 /// The WQE flags for `ibv_send_flags` (all but inline, which is a way of
 /// posting, not of sending).
-fn wqe_flags(flags: u32) -> u8 {
+pub(super) fn wqe_flags(flags: u32) -> u8 {
     let mut f = 0;
     if flags & IBV_SEND_SIGNALED != 0 {
         f |= wqe_flag::SIGNALED;
@@ -579,7 +586,7 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
     let parts = sges.iter().map(|s| (s.lkey, s.addr, s.length as usize));
     q.post_now(wqe, |out| {
         if !inline {
-            return q.sh.mrs.gather(q.pd, parts, out).map(|_| ());
+            return q.sh.mrs.gather(q.by(), parts, out).map(|_| ());
         }
         let mut at = 0;
         for s in sges {

@@ -184,6 +184,30 @@ pub(super) unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
     begin(q, op::LOCAL_INV, |w| w.imm_or_inv = rkey)
 }
 
+pub(super) unsafe extern "C" fn wr_bind_mw(
+    q: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    if info.is_null() {
+        return fail_batch(q, libc::EINVAL);
+    }
+    let mut wqe = SendWqe::default();
+    // SAFETY: the caller's window and bind information.
+    match unsafe { bind_wqe(&mut wqe, mw, IBV_MW_TYPE_2, rkey, &*info) } {
+        Ok(()) => begin(q, op::BIND_MW, |w| {
+            let (wr_id, flags) = (w.wr_id, w.flags);
+            *w = SendWqe {
+                wr_id,
+                flags,
+                ..wqe
+            };
+        }),
+        Err(e) => fail_batch(q, e),
+    }
+}
+
 pub(super) unsafe extern "C" fn wr_rdma_write_imm(
     q: *mut ibv_qp_ex,
     rkey: u32,
