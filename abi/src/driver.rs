@@ -424,7 +424,8 @@ pub struct verbs_context_ops {
             u32,
         ) -> c_int,
     >,
-    pub alloc_dm: Op,
+    pub alloc_dm:
+        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm>,
     pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, ibv_mw_type) -> *mut ibv_mw>,
     pub alloc_null_mr: Op,
     pub alloc_parent_domain: Option<
@@ -472,7 +473,7 @@ pub struct verbs_context_ops {
     pub destroy_wq: Op,
     pub detach_mcast: Op,
     pub free_context: Option<unsafe extern "C" fn(*mut ibv_context)>,
-    pub free_dm: Op,
+    pub free_dm: Option<unsafe extern "C" fn(*mut ibv_dm) -> c_int>,
     pub get_srq_num: Op,
     pub import_dm: Op,
     pub import_mr: Op,
@@ -511,7 +512,8 @@ pub struct verbs_context_ops {
     pub query_rt_values: Op,
     pub query_srq: Option<unsafe extern "C" fn(*mut ibv_srq, *mut ibv_srq_attr) -> c_int>,
     pub read_counters: Op,
-    pub reg_dm_mr: Op,
+    pub reg_dm_mr:
+        Option<unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, u32) -> *mut ibv_mr>,
     pub reg_dmabuf_mr: Op,
     pub reg_mr:
         Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, u64, c_int) -> *mut ibv_mr>,
@@ -675,7 +677,7 @@ mod tests {
         assert!(OPS_44.is_sorted() && OPS_ADDED_65.is_sorted());
         assert_eq!(all.len(), OPS_MAX);
         let ops = verbs_context_ops {
-            alloc_dm: Some(op_stub),
+            alloc_null_mr: Some(op_stub),
             query_rt_values: Some(op_stub),
             reg_mr: Some(reg_mr_stub),
             unimport_pd: Some(op_stub),
@@ -692,12 +694,12 @@ mod tests {
                 .map(|(i, _)| i)
                 .collect()
         };
-        // 44: alloc_dm 1, query_rt_values 63, reg_mr 68, unimport_pd 75;
-        // 65: 2, 75, 82, 92.
-        assert_eq!(set(&t44), [1, 63, 68, 75]);
-        assert_eq!(set(&t65), [2, 75, 82, 92]);
+        // 44: alloc_null_mr 3, query_rt_values 63, reg_mr 68, unimport_pd 75;
+        // 65: 5, 75, 82, 92.
+        assert_eq!(set(&t44), [3, 63, 68, 75]);
+        assert_eq!(set(&t65), [5, 75, 82, 92]);
         for (i, name) in all.iter().enumerate() {
-            let want = ["alloc_dm", "query_rt_values", "reg_mr", "unimport_pd"].contains(name);
+            let want = ["alloc_null_mr", "query_rt_values", "reg_mr", "unimport_pd"].contains(name);
             assert_eq!(t65[i].is_some(), want, "{name} at {i}");
         }
         assert_eq!((l44.private_abi(), l65.private_abi()), (34, 65));

@@ -164,6 +164,8 @@ pub struct Shared {
     drained: AtomicU64,
     /// The CPU an application thread last posted or polled from (-1: none yet).
     pub app_cpu: AtomicI32,
+    /// Bytes of device memory (`ibv_alloc_dm`) allocated.
+    pub dm_bytes: AtomicU64,
     /// The media worker, started with the first Flush to persistence or Verify.
     media: Mutex<Option<MediaWorker>>,
 }
@@ -249,6 +251,7 @@ impl Shared {
             ids: AtomicU32::new(1),
             stamp: AtomicU64::new(0),
             media_tickets: AtomicU64::new(1),
+            dm_bytes: AtomicU64::new(0),
             ports: Mutex::new(Vec::new()),
             failed: Mutex::new(Vec::new()),
             pending: Mutex::new(HashMap::new()),

@@ -1,5 +1,6 @@
 //! Registered memory beyond plain MRs, through the real libibverbs:
-//! `tests/c/xiw_odp.c` and `tests/c/xiw_mw.c` on the shared `lo` device.
+//! `tests/c/xiw_odp.c`, `tests/c/xiw_mw.c` and `tests/c/xiw_dm.c` on the
+//! shared `lo` device.
 //!
 //! - On-demand paging: capabilities, an ODP MR over memory not mapped yet,
 //!   implicit ODP, Send/Receive, large Write and Read, atomics, every kind of
@@ -9,6 +10,8 @@
 //!   `ibv_wr_bind_mw`), access through a window checked against its bounds,
 //!   rights, key and (type 2) QP, invalidation (Local Invalidate, Send with
 //!   Invalidate, unbinding, freeing) and the refusals.
+//! - Device memory: allocation limits, aligned copies, zero-based MRs on it
+//!   that peers write and read and Sends gather from.
 //!
 //! By hand (after `pkg/install.sh`):
 //!
@@ -17,6 +20,7 @@
 //! eval "$(xiw up --netdev lo --root /run/xiw/mine)"
 //! ./xiw_odp
 //! gcc -O2 -o xiw_mw tests/c/xiw_mw.c -libverbs && ./xiw_mw
+//! gcc -O2 -o xiw_dm tests/c/xiw_dm.c -libverbs && ./xiw_dm
 //! ```
 
 use std::path::Path;
@@ -40,4 +44,10 @@ fn on_demand_paging() {
 fn memory_windows() {
     let _g = serial();
     run("xiw_mw", &[], Duration::from_secs(60));
+}
+
+#[test]
+fn device_memory() {
+    let _g = serial();
+    run("xiw_dm", &[], Duration::from_secs(60));
 }

@@ -16,9 +16,9 @@ use xiw_tests::harness::serial;
 use xiw_tests::pyverbs::check;
 
 /// Fewest of rdma-core 56.1's tests that must pass.
-const MIN_OK_56: usize = 65;
+const MIN_OK_56: usize = 83;
 /// Fewest of rdma-core 65.0's tests that must pass.
-const MIN_OK_65: usize = 81;
+const MIN_OK_65: usize = 97;
 
 /// Runs `tests/rdma-core.sh` with `args`; fails the test with its output
 /// unless it succeeds. Prints what it printed.

@@ -84,6 +84,7 @@ pub fn device_attr(sh: &Shared) -> ibv_device_attr_ex {
     // address space, implicitly); see crate::odp. Reliable connections only.
     a.odp_caps.general_caps = u64::from(IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT);
     a.odp_caps.per_transport_caps.rc_odp_caps = ODP_RC_CAPS;
+    a.max_dm_size = super::dm::MAX_DM;
     a
 }
 

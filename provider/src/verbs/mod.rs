@@ -143,6 +143,8 @@ pub struct XiwTd {
 #[repr(C)]
 pub struct XiwMr {
     pub vmr: verbs_mr,
+    /// The device memory it is registered on (`ibv_reg_dm_mr`), if any.
+    pub dm: *mut XiwDm,
 }
 
 #[repr(C)]
@@ -271,6 +273,7 @@ unsafe fn sges<'a>(list: *const ibv_sge, n: usize) -> &'a [Sge] {
 
 mod cq;
 mod device;
+mod dm;
 mod mr;
 mod mw;
 mod qp;
@@ -279,6 +282,7 @@ mod wr;
 
 use cq::*;
 use device::*;
+use dm::*;
 use mr::*;
 use mw::*;
 use qp::*;
@@ -293,10 +297,13 @@ pub(crate) use wr::{begin_dv, fail_batch, flush_flags, flush_wqe};
 pub fn ops() -> verbs_context_ops {
     verbs_context_ops {
         advise_mr: Some(advise_mr),
+        alloc_dm: Some(alloc_dm),
         alloc_mw: Some(alloc_mw),
         alloc_pd: Some(alloc_pd),
         bind_mw: Some(bind_mw),
         dealloc_mw: Some(dealloc_mw),
+        free_dm: Some(free_dm),
+        reg_dm_mr: Some(reg_dm_mr),
         async_event: Some(async_event),
         create_cq: Some(create_cq),
         create_cq_ex: Some(create_cq_ex),

@@ -229,6 +229,7 @@ pub(crate) unsafe fn register_mr(
             mr_type: IBV_MR_TYPE_MR,
             access: access as i32,
         },
+        dm: ptr::null_mut(),
     });
     // SAFETY: pd is ours.
     unsafe { domain_use(pd, true) };
@@ -340,6 +341,11 @@ unsafe fn rereg(
     access: u32,
 ) -> Result<(), i32> {
     if vmr.is_null() || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: vmr is ours.
+    if !unsafe { (*(vmr as *mut XiwMr)).dm }.is_null() {
+        // Device memory MRs stay on their device memory.
         return Err(libc::EINVAL);
     }
     // SAFETY: vmr is ours.
@@ -535,6 +541,9 @@ pub(super) unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
             // EBUSY: memory windows are bound to it.
             return e;
         }
+        // SAFETY: ours; a device memory it is on outlives it (free_dm waits
+        // for its MRs).
+        unsafe { dm_released((*(vmr as *mut XiwMr)).dm) };
         // SAFETY: the MR's PD (libibverbs keeps `pd` current across rereg).
         unsafe { domain_use((*vmr).ibv_mr.pd, false) };
         // SAFETY: allocated by reg_mr with Box; handed back once.
