@@ -6,7 +6,8 @@
 # libibverbs: ib_write_lat and ib_read_bw (perftest), ibv_rc_pingpong
 # (rdma-core's own) and xiw-verbs-check integrity; with --pyverbs FILE also
 # that release's own test suite (python3-pyverbs), whose verbose output goes
-# to FILE for the caller to judge (tests/tests/rdma_core.rs does). Prints one
+# to FILE (and, run again with XIW_COMPLETION=placed, to FILE.placed) for the
+# caller to judge (tests/tests/rdma_core.rs does). Prints one
 # line per check; exits non-zero if any fails. Must run as root, after
 # pkg/install.sh and a release build. The provider is installed there under
 # the file name that release's libibverbs loads (libxiw-rdmavN.so, N its
@@ -118,10 +119,17 @@ if [[ -n $pyverbs_out ]]; then
     rm -rf "$root/tmp/xiw-pyverbs"
     cp -r "$root/usr/share/doc/rdma-core/tests" "$root/tmp/xiw-pyverbs"
     find "$root/tmp/xiw-pyverbs" -name '*.gz' -exec gunzip -f {} +
-    echo "pyverbs: running rdma-core $version's test suite (output: $pyverbs_out)"
-    (cd / && in_root env PATH=/opt/xiw-test-path:/usr/local/bin:/usr/bin:/bin \
-        timeout 900 python3 /tmp/xiw-pyverbs/run_tests.py --dev xiw0 --gid 0 -v) \
-        >"$pyverbs_out" 2>&1 || true
+    # Twice: with the default completions, and with completions confirmed by
+    # the peer (XIW_COMPLETION=placed) into FILE.placed.
+    for mode in sent placed; do
+        out=$pyverbs_out
+        [[ $mode == placed ]] && out=$pyverbs_out.placed
+        echo "pyverbs: running rdma-core $version's test suite, XIW_COMPLETION=$mode (output: $out)"
+        (cd / && in_root env PATH=/opt/xiw-test-path:/usr/local/bin:/usr/bin:/bin \
+            XIW_COMPLETION=$mode \
+            timeout 900 python3 /tmp/xiw-pyverbs/run_tests.py --dev xiw0 --gid 0 -v) \
+            >"$out" 2>&1 || true
+    done
     rm -rf "$root/tmp/xiw-pyverbs"
 fi
 

@@ -72,6 +72,10 @@ pub struct Config {
     /// Write of draft-talpey-rdma-commit (XIW_EXTENSIONS=0: behave as a plain
     /// RFC 5040 RNIC, answering them with a Terminate).
     pub extensions: bool,
+    /// A signaled Send or Write completes once the peer confirms it has taken
+    /// it (XIW_COMPLETION=placed; see `Sender::set_confirm`), not once the
+    /// stream takes it (`sent`, the default, as RFC 5040 section 5 allows).
+    pub confirm: bool,
 }
 
 impl Config {
@@ -94,6 +98,7 @@ impl Config {
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
+            confirm: std::env::var("XIW_COMPLETION").is_ok_and(|v| v.trim() == "placed"),
         }
     }
 }

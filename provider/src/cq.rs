@@ -99,6 +99,31 @@ impl Cq {
         Ok(())
     }
 
+    /// Removes the completions of QP `qpn` not yet polled, keeping the
+    /// others in order (a QP moved to RESET: what it completed before is
+    /// gone with it, as on other RNICs). The producers and consumers wait.
+    pub fn purge(&self, qpn: u32) {
+        let _c = self.consume.lock();
+        let _p = self.produce.lock();
+        // SAFETY: both locks are held.
+        let ring = unsafe { self.ring() };
+        let c = ring.consumer();
+        let mut kept = 0u32;
+        for i in 0..ring.used() {
+            // SAFETY: slots in [consumer, producer) are published; both locks
+            // are held, and a slot is rewritten only after it was read (kept
+            // <= i).
+            unsafe {
+                let cqe: Cqe = ring.read(c.wrapping_add(i), 0);
+                if cqe.qp_num != qpn {
+                    ring.write(c.wrapping_add(kept), 0, cqe);
+                    kept += 1;
+                }
+            }
+        }
+        ring.publish(c.wrapping_add(kept));
+    }
+
     /// Arms the CQ (`ibv_req_notify_cq`): `arm` is `CQ_ARM_NEXT` or
     /// `CQ_ARM_SOLICITED`. Under the producer lock, so no resize loses it.
     pub fn arm(&self, arm: u32) {

@@ -137,6 +137,10 @@ impl Qp {
         if self.sq_sig_all {
             wqe.flags |= wqe_flag::SIGNALED;
         }
+        // A request that completes once the peer confirms it goes the usual way.
+        if self.sh.cfg.confirm && wqe.flags & wqe_flag::SIGNALED != 0 {
+            return false;
+        }
         let r = tx.send_now(&self.core, &op, wqe.length as usize, fill);
         match r {
             Ok(None) => return false,
@@ -374,6 +378,14 @@ impl Qp {
         tx.next = self.sq.producer();
         self.sq.release(self.sq.producer());
         self.last_error.store(IBV_WC_SUCCESS, Ordering::Release);
+        drop(tx);
+        drop(_g);
+        // What the QP completed and the application did not poll goes with
+        // it (nothing completes on it any more: no stream, empty queues).
+        self.send_cq.purge(self.qpn);
+        if !std::sync::Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
+            self.recv_cq.purge(self.qpn);
+        }
     }
 }
 
@@ -394,6 +406,7 @@ impl cm::Link for Qp {
         rx.establish(fd, recv);
         tx.fd = Some(fd);
         tx.engine.establish(send);
+        tx.engine.set_confirm(self.sh.cfg.confirm);
     }
 
     fn detach_stream(&self) {

@@ -337,9 +337,11 @@ impl send::SendHost for SqHost<'_> {
         }
         // SAFETY: slot `idx` is in [consumer, producer): published by post_send and not released.
         let wqe: SendWqe = unsafe { qp.sq.read(idx, 0) };
+        let confirmed = wqe.flags & wqe_flag::SIGNALED != 0 && data_op(&wqe).is_some();
         let class = WrClass {
             queue1: queue1_request(wqe.opcode),
             fence: wqe.flags & wqe_flag::FENCE != 0,
+            confirmed,
         };
         if !admit(class) {
             return None;
@@ -364,6 +366,7 @@ impl send::SendHost for SqHost<'_> {
             op: wr_op(&wqe, &payload),
             length: wqe.length,
             payload,
+            confirmed,
         })
     }
 

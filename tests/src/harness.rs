@@ -659,3 +659,40 @@ pub fn check_perftest(tool: &str, pair: &Pair, sizes: &[u64], iters: u64) -> Res
     }
     Ok(())
 }
+
+/// Huge pages reserved while it lives (`vm.nr_hugepages`), as a deployment
+/// that registers huge-page memory would have them; the reservation before
+/// comes back when it is dropped. Panics if the kernel will not reserve them.
+pub struct HugePages {
+    before: Option<String>,
+}
+
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+impl HugePages {
+    pub fn reserve(n: u64) -> HugePages {
+        let before = std::fs::read_to_string(NR_HUGEPAGES).expect(NR_HUGEPAGES);
+        let had: u64 = before.trim().parse().unwrap_or(0);
+        if had >= n {
+            return HugePages { before: None };
+        }
+        let _ = std::fs::write(NR_HUGEPAGES, n.to_string());
+        let now: u64 = std::fs::read_to_string(NR_HUGEPAGES)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let guard = HugePages {
+            before: Some(before),
+        };
+        assert!(now >= n, "only {now} of {n} huge pages could be reserved");
+        guard
+    }
+}
+
+impl Drop for HugePages {
+    fn drop(&mut self) {
+        if let Some(b) = &self.before {
+            let _ = std::fs::write(NR_HUGEPAGES, b.trim());
+        }
+    }
+}

@@ -2,8 +2,31 @@
 //! tests that may fail on xiw in standalone mode, each with its reason, and
 //! the parser of unittest's verbose output.
 
+/// Tests that may fail or error on xiw in standalone mode with completions
+/// confirmed by the peer (`XIW_COMPLETION=placed`), with the reason the
+/// README gives.
+pub const MAY_FAIL_PLACED: &[(&str, &str)] = &[
+    (
+        "test_cq_events_rc",
+        "completion channels need the kernel module",
+    ),
+    (
+        "test_cq_events_ud",
+        "completion channels need the kernel module",
+    ),
+    (
+        "test_multi_process_alloc_dm",
+        "Python 3.14 (Debian unstable) starts processes with forkserver, which cannot pickle pyverbs' Context: the suite fails there on any device with device memory",
+    ),
+    (
+        "test_qp_ex_rc_flush",
+        "asks for a whole-MR flush (IBV_FLUSH_MR), which has no wire form in the commit draft (section 8: still to be considered): refused with EINVAL (rdma-core 45 and later)",
+    ),
+];
+
 /// Tests that may fail or error on xiw in standalone mode (by name, as
-/// unittest prints it), with the reason the README gives.
+/// unittest prints it) with the default completions (once the stream takes
+/// a request), with the reason the README gives.
 pub const MAY_FAIL: &[(&str, &str)] = &[
     (
         "test_cq_events_rc",
@@ -148,14 +171,14 @@ pub fn parse(out: &str) -> Counts {
 }
 
 /// Checks a run's output (unittest's stderr): no failure outside
-/// [`MAY_FAIL`], at least `min_ok` tests passed, and the suite ran to its
-/// end. Returns the counts, for printing.
-pub fn judge(text: &str, min_ok: usize) -> Result<Counts, String> {
+/// `may_fail`, at least `min_ok` tests passed, and the suite ran to its end.
+/// Returns the counts, for printing.
+pub fn judge(text: &str, min_ok: usize, may_fail: &[(&str, &str)]) -> Result<Counts, String> {
     let c = parse(text);
     let unexpected: Vec<&String> = c
         .failed
         .iter()
-        .filter(|n| !MAY_FAIL.iter().any(|(m, _)| m == n))
+        .filter(|n| !may_fail.iter().any(|(m, _)| m == n))
         .collect();
     if !unexpected.is_empty() {
         return Err(format!("tests failed that must pass: {unexpected:?}"));
@@ -171,8 +194,8 @@ pub fn judge(text: &str, min_ok: usize) -> Result<Counts, String> {
 
 /// [`judge`], then the counts on stderr under `label`; a failure panics
 /// with the whole output.
-pub fn check(label: &str, text: &str, min_ok: usize) {
-    match judge(text, min_ok) {
+pub fn check(label: &str, text: &str, min_ok: usize, may_fail: &[(&str, &str)]) {
+    match judge(text, min_ok, may_fail) {
         Ok(c) => eprintln!(
             "pyverbs ({label}): {} ok, {} skipped, {} failed or errors {:?}",
             c.ok,

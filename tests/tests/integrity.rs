@@ -111,6 +111,22 @@ fn integrity_without_crc_payload_sent_in_place() {
     );
 }
 
+/// With completions that wait for the peer's confirmation
+/// (`XIW_COMPLETION=placed`: a zero-length Read behind each signaled Send or
+/// Write), every operation still lands intact and completes once, in order.
+#[test]
+fn integrity_with_completions_confirmed_by_the_peer() {
+    let _g = serial();
+    let dev = lo_device();
+    let s = seed(5);
+    let env = [("XIW_COMPLETION", "placed")];
+    let pair = integrity_pair_env(dev, dev, 4, 200, s, &env);
+    check(
+        &pair,
+        &format!("integrity --qps 4 --ops 200 --seed {s} on lo, completions confirmed"),
+    );
+}
+
 #[test]
 fn integrity_many_qps_on_lo() {
     let _g = serial();

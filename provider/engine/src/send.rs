@@ -136,6 +136,9 @@ pub struct Wr<L, P> {
     pub op: WrOp<L>,
     pub length: u32,
     pub payload: P,
+    /// A Send or Write that reports a completion (signaled): with
+    /// [`Sender::set_confirm`] it completes once the peer confirms it.
+    pub confirmed: bool,
 }
 
 /// What decides whether the next work request may start now.
@@ -143,6 +146,8 @@ pub struct Wr<L, P> {
 pub struct WrClass {
     pub queue1: bool,
     pub fence: bool,
+    /// As [`Wr::confirmed`]: with [`Sender::set_confirm`] it needs room in ORD.
+    pub confirmed: bool,
 }
 
 /// How a work request ended.
@@ -362,9 +367,12 @@ pub struct Sender<L, P> {
     done_at: VecDeque<(u32, u64)>,
     /// Bytes went out since the last trim pass.
     active: bool,
+    /// Signaled Sends and Writes complete once the peer answers a
+    /// zero-length Read framed behind them (see [`Sender::set_confirm`]).
+    confirm: bool,
 }
 
-impl<L: Clone, P> Default for Sender<L, P> {
+impl<L: Clone + Default, P> Default for Sender<L, P> {
     fn default() -> Self {
         Sender::new(Params {
             crc: false,
@@ -379,7 +387,7 @@ impl<L: Clone, P> Default for Sender<L, P> {
     }
 }
 
-impl<L: Clone, P> Sender<L, P> {
+impl<L: Clone + Default, P> Sender<L, P> {
     pub fn new(p: Params) -> Self {
         let mut s = Sender {
             crc: false,
@@ -407,9 +415,23 @@ impl<L: Clone, P> Sender<L, P> {
             written: 0,
             done_at: VecDeque::new(),
             active: false,
+            confirm: false,
         };
         s.establish(p);
         s
+    }
+
+    /// Completions that say the peer has taken the message: a signaled Send
+    /// or Write completes once the peer answers a zero-length RDMA Read
+    /// framed right behind it. RDMAP's ordering makes that answer follow the
+    /// message's placement (RFC 5040 section 5.5: a Read Response is not
+    /// sent before the messages ahead of its request are placed), and a peer
+    /// that refuses the message sends its Terminate instead, which this
+    /// request then reports. The zero-length Read takes a place in ORD and
+    /// carries no STag the peer may check (section 5.2.1); without ORD (0)
+    /// the message completes once the stream takes it, as it does otherwise.
+    pub fn set_confirm(&mut self, on: bool) {
+        self.confirm = on;
     }
 
     /// Computes CRCs with `f` (the driver's choice for its machine).
@@ -677,6 +699,33 @@ impl<L: Clone, P> Sender<L, P> {
                 self.put_fpdu(&hdr, &[], 0, no_payload)?;
                 continue;
             }
+            if self.term.is_some() {
+                // The peer's requests that came before the fault are answered
+                // first, in order, as an RNIC working through its input in
+                // order would have: the peer then tells the request the
+                // Terminate is about from those before it. Nothing more of
+                // the send queue goes.
+                let answering = match &self.cur {
+                    Some(c) => !matches!(c.job, Job::Sq(_)),
+                    None => {
+                        self.cur = self.next_answer(host)?;
+                        self.cur.is_some()
+                    }
+                };
+                if answering {
+                    let Some(mut cur) = self.cur.take() else {
+                        break;
+                    };
+                    if !self.frame_job(host, &mut cur)? {
+                        self.cur = Some(cur);
+                    }
+                    continue;
+                }
+                if matches!(self.media, Media::Busy(_)) {
+                    // An answer on the medium comes first.
+                    break;
+                }
+            }
             if let Some(body) = self.term.take() {
                 let msn = self.take_msn(ddp::QN_TERMINATE);
                 let hdr = untagged(rdmap::Opcode::Terminate, 0, ddp::QN_TERMINATE, msn, 0, true);
@@ -702,6 +751,18 @@ impl<L: Clone, P> Sender<L, P> {
     }
 
     fn next_job<H>(&mut self, host: &mut H) -> Result<Option<Cur<L, P>>, Fail>
+    where
+        H: SendHost<Local = L, Payload = P>,
+    {
+        if let Some(cur) = self.next_answer(host)? {
+            return Ok(Some(cur));
+        }
+        self.next_request(host)
+    }
+
+    /// The next answer to the peer: a medium job finished, or the oldest
+    /// request waiting (one that needs the medium goes to it).
+    fn next_answer<H>(&mut self, host: &mut H) -> Result<Option<Cur<L, P>>, Fail>
     where
         H: SendHost<Local = L, Payload = P>,
     {
@@ -732,12 +793,21 @@ impl<L: Clone, P> Sender<L, P> {
                 }
             }
         }
+        Ok(None)
+    }
+
+    /// The next work request of the send queue that may start now.
+    fn next_request<H>(&mut self, host: &mut H) -> Result<Option<Cur<L, P>>, Fail>
+    where
+        H: SendHost<Local = L, Payload = P>,
+    {
         let (outstanding, ord) = (self.orq.len() as u32, self.ord_max);
         // A fenced request waits for every Read before it; a queue 1 request for
         // room in ORD.
+        let confirm = self.confirm && ord > 0;
         let admit = |c: WrClass| {
             let fenced = c.fence && outstanding > 0;
-            let full = c.queue1 && outstanding >= ord;
+            let full = (c.queue1 || (confirm && c.confirmed)) && outstanding >= ord;
             !fenced && !full
         };
         let Some(wr) = host.next_wr(admit) else {
@@ -791,6 +861,11 @@ impl<L: Clone, P> Sender<L, P> {
                             &hdr,
                             &[],
                             |buf| {
+                                // A zero-length Read names no memory that
+                                // could be read (RFC 5040 section 5.2.1).
+                                if n == 0 {
+                                    return Ok(());
+                                }
                                 host.read_source(r.src_stag, src, n, buf)
                                     .map_err(|_| span.fault())
                             },
@@ -943,7 +1018,18 @@ impl<L: Clone, P> Sender<L, P> {
                     // RDMA Write with Immediate: the Write, then Immediate Data (RFC 7306 section 6).
                     self.push_immediate(imm, solicited)?;
                 }
-                self.done_at.push_back((wr.idx, self.framed));
+                if self.confirm && wr.confirmed && self.ord_max > 0 {
+                    let fence = WrOp::Read {
+                        stag: 0,
+                        to: 0,
+                        sink_stag: 0,
+                        sink_to: 0,
+                        sink: L::default(),
+                    };
+                    self.frame_request(wr.idx, fence, 0)?;
+                } else {
+                    self.done_at.push_back((wr.idx, self.framed));
+                }
                 return Ok(true);
             }
             if self.queued() >= BATCH as u64 {

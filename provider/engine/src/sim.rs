@@ -442,9 +442,12 @@ impl SendHost for Sim {
 
     fn next_wr(&mut self, admit: impl FnOnce(WrClass) -> bool) -> Option<Wr<Sges, Sges>> {
         let w = self.sq.front()?;
+        // Every request of the sim reports its completion.
+        let confirmed = matches!(w.op, WrOp::Send { .. } | WrOp::Write { .. });
         let class = WrClass {
             queue1: w.op.is_queue1(),
             fence: w.fence,
+            confirmed,
         };
         if !admit(class) {
             return None;
@@ -457,6 +460,7 @@ impl SendHost for Sim {
             op: w.op,
             length: w.length,
             payload: w.payload,
+            confirmed,
         })
     }
 

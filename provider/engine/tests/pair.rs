@@ -693,3 +693,56 @@ fn a_bad_lkey_fails_locally_and_terminates_the_peer() {
     );
     assert!(!t.hdrct_d && !t.hdrct_r);
 }
+
+/// With confirmed completions (`Sender::set_confirm`) a Write completes
+/// only once the peer has answered the zero-length Read framed behind it,
+/// by which time it is placed; a Write the peer refuses completes with the
+/// peer's error instead of success.
+#[test]
+fn confirmed_completions_wait_for_the_peer() {
+    let (mut a, b) = (side(1), side(2));
+    a.post(
+        WrOp::Write {
+            stag: DST,
+            to: 0x2_0000,
+            imm: None,
+            solicited: false,
+        },
+        vec![(SRC, 0x1_0000, 64)],
+        false,
+    );
+    // RO grants no remote write: B refuses it.
+    a.post(
+        WrOp::Write {
+            stag: RO,
+            to: 0x3_0000,
+            imm: None,
+            solicited: false,
+        },
+        vec![(SRC, 0x1_0000, 8)],
+        false,
+    );
+    let mut p = Pair::connected(a, b, true, 16384, 4, 4);
+    p.ends[0].tx.set_confirm(true);
+    // B's answers are held back: A's Write lands, and does not complete.
+    p.faults[1].stalled = true;
+    p.run();
+    assert_eq!(
+        &p.ends[1].mem.arena[4096..4096 + 64],
+        &p.ends[0].mem.arena[..64],
+        "the Write is placed"
+    );
+    assert!(
+        p.ends[0].mem.sq_done.is_empty(),
+        "completed before the peer answered: {:?}",
+        p.ends[0].mem.sq_done
+    );
+    p.faults[1].stalled = false;
+    p.run();
+    let a = &p.ends[0];
+    assert_eq!(a.mem.sq_done[0], (0, Completion::Success));
+    assert_eq!(
+        a.mem.sq_done[1],
+        (1, Completion::Error(Status::RemoteAccess))
+    );
+}
