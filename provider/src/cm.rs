@@ -501,7 +501,7 @@ impl Cm {
                     gate: await_rtr,
                     rtr: initiator && agreed.rtr == mpa::Rtr::ZeroLengthWrite,
                     peer_ird: u32::from(agreed.peer_ird),
-                    ord: attrs.max_rd_atomic as u32,
+                    ord: ord_of(attrs.max_rd_atomic),
                     ird: u32::from(agreed.ird),
                     inplace_min: qp.sh.cfg.inplace_min,
                 },
@@ -600,10 +600,14 @@ fn discard(sh: &Shared, sock: OwnedFd) {
 fn local_ird_ord(qp: &QpCore) -> (u32, u32) {
     let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
     let ird = (a.max_dest_rd_atomic as u32).clamp(1, MAX_RD_ATOMIC);
-    let ord = if a.max_rd_atomic == 0 {
-        MAX_RD_ATOMIC
-    } else {
-        a.max_rd_atomic as u32
-    };
-    (ird, ord)
+    (ird, ord_of(a.max_rd_atomic))
+}
+
+/// The ORD a QP asks for: its `max_rd_atomic`, where 0 (never set) is the
+/// most xiw allows. The connection may agree on less, down to 0.
+pub fn ord_of(max_rd_atomic: u8) -> u32 {
+    match max_rd_atomic {
+        0 => MAX_RD_ATOMIC,
+        n => u32::from(n),
+    }
 }

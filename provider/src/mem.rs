@@ -18,6 +18,7 @@ use xiw_abi::verbs::*;
 /// Why an access was refused (the engine's type: it maps it to a Terminate).
 pub use xiw_engine::fault::AccessFault as AccessError;
 use xiw_engine::send::Span;
+pub use xiw_engine::send::WindowBind;
 
 /// Who reaches registered memory: a QP, of protection domain `pd`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,25 +347,23 @@ impl MrTable {
         true
     }
 
-    /// Binds the window whose new STag is `stag` (its index, with a new key)
-    /// to `[to, to+len)` of the region `mr`, granting `access` (remote read,
-    /// write, atomic; `IBV_ACCESS_ZERO_BASED` to address it from 0), through
-    /// a QP of `by`; length 0 unbinds it. The window must be of type `kind`
+    /// Carries out `bind` through a QP of `by`: the window whose new STag is
+    /// `stag` (its index, with a new key) is bound to `[to, to+len)` of the
+    /// region `mr`, granting `access` (remote read, write, atomic;
+    /// `IBV_ACCESS_ZERO_BASED` to address it from 0); length 0 unbinds it. The window must be of type `kind`
     /// and of the QP's protection domain, and a type 2 window unbound; the
     /// region must be of that domain, allow binding and hold the range; a
     /// window granting remote write or atomic access needs a region that
     /// allows local writes. On failure nothing changes.
-    #[allow(clippy::too_many_arguments)]
-    pub fn bind_window(
-        &self,
-        by: By,
-        stag: u32,
-        kind: u8,
-        mr: u32,
-        to: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(), AccessError> {
+    pub fn bind_window(&self, by: By, bind: &WindowBind) -> Result<(), AccessError> {
+        let &WindowBind {
+            stag,
+            kind,
+            mr,
+            to,
+            len,
+            access,
+        } = bind;
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
         let index = (stag >> 8) as usize;
         let w = match s.mrs.get(index) {
@@ -889,7 +888,18 @@ mod tests {
         );
         // Type 1: bound to [0x1040, 0x1080) for remote writes.
         let b1 = next(w1);
-        t.bind_window(P1, b1, 1, mr, 0x1040, 64, write).unwrap();
+        t.bind_window(
+            P1,
+            &WindowBind {
+                stag: b1,
+                kind: 1,
+                mr,
+                to: 0x1040,
+                len: 64,
+                access: write,
+            },
+        )
+        .unwrap();
         t.write(b1, P1B, 0x1040, b"abc", write).unwrap();
         assert_eq!(&buf[0x40..0x43], b"abc");
         assert_eq!(
@@ -925,31 +935,92 @@ mod tests {
         // Refused binds: another type, a region without the bind right, a
         // range outside it, rights a read-only region cannot back.
         assert_eq!(
-            t.bind_window(P1, next(w2), 1, mr, 0x1000, 8, write),
+            t.bind_window(
+                P1,
+                &WindowBind {
+                    stag: next(w2),
+                    kind: 1,
+                    mr,
+                    to: 0x1000,
+                    len: 8,
+                    access: write
+                }
+            ),
             Err(AccessError::InvalidStag)
         );
         assert_eq!(
-            t.bind_window(P1, next(b1), 1, plain, 0x1000, 8, write),
+            t.bind_window(
+                P1,
+                &WindowBind {
+                    stag: next(b1),
+                    kind: 1,
+                    mr: plain,
+                    to: 0x1000,
+                    len: 8,
+                    access: write
+                }
+            ),
             Err(AccessError::Access)
         );
         assert_eq!(
-            t.bind_window(P1, next(b1), 1, mr, 0x10f0, 32, write),
+            t.bind_window(
+                P1,
+                &WindowBind {
+                    stag: next(b1),
+                    kind: 1,
+                    mr,
+                    to: 0x10f0,
+                    len: 32,
+                    access: write
+                }
+            ),
             Err(AccessError::Bounds)
         );
         assert_eq!(
-            t.bind_window(P2, next(b1), 1, mr, 0x1000, 8, write),
+            t.bind_window(
+                P2,
+                &WindowBind {
+                    stag: next(b1),
+                    kind: 1,
+                    mr,
+                    to: 0x1000,
+                    len: 8,
+                    access: write
+                }
+            ),
             Err(AccessError::WrongPd)
         );
         let ro = t.register(1, addr, 256, 0x1000, IBV_ACCESS_MW_BIND);
         assert_eq!(
-            t.bind_window(P1, next(b1), 1, ro, 0x1000, 8, write),
+            t.bind_window(
+                P1,
+                &WindowBind {
+                    stag: next(b1),
+                    kind: 1,
+                    mr: ro,
+                    to: 0x1000,
+                    len: 8,
+                    access: write
+                }
+            ),
             Err(AccessError::Access)
         );
         t.write(b1, P1, 0x1040, b"d", write).unwrap();
         // A type 1 window cannot be invalidated; a bind of length 0 unbinds it.
         assert_eq!(t.invalidate(b1, P1, false), Err(AccessError::Access));
         let u1 = next(b1);
-        t.bind_window(P1, u1, 1, mr, 0, 0, 0).unwrap();
+        t.bind_window(
+            P1,
+            &WindowBind {
+                stag: u1,
+                kind: 1,
+                mr,
+                to: 0,
+                len: 0,
+                access: 0,
+            },
+        )
+        .unwrap();
         assert_eq!(
             t.write(u1, P1, 0x1040, b"x", write),
             Err(AccessError::InvalidStag)
@@ -957,13 +1028,33 @@ mod tests {
         assert_eq!(t.view(mr).map(|v| v.windows), Some(0));
         // Type 2, zero-based: for the QP it was bound through only.
         let b2 = next(w2);
-        t.bind_window(P1, b2, 2, mr, 0x1080, 16, write | IBV_ACCESS_ZERO_BASED)
-            .unwrap();
+        t.bind_window(
+            P1,
+            &WindowBind {
+                stag: b2,
+                kind: 2,
+                mr,
+                to: 0x1080,
+                len: 16,
+                access: write | IBV_ACCESS_ZERO_BASED,
+            },
+        )
+        .unwrap();
         t.write(b2, P1, 4, b"z", write).unwrap();
         assert_eq!(buf[0x84], b'z');
         assert_eq!(t.write(b2, P1B, 4, b"z", write), Err(AccessError::WrongPd));
         assert_eq!(
-            t.bind_window(P1, next(b2), 2, mr, 0x1080, 16, write),
+            t.bind_window(
+                P1,
+                &WindowBind {
+                    stag: next(b2),
+                    kind: 2,
+                    mr,
+                    to: 0x1080,
+                    len: 16,
+                    access: write
+                }
+            ),
             Err(AccessError::Access),
             "bound already"
         );

@@ -169,7 +169,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             {
                 let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
                 let mut t = qp.lock_tx();
-                t.engine.set_ord(a.max_rd_atomic as u32);
+                t.engine.set_ord(crate::cm::ord_of(a.max_rd_atomic));
             }
             advance(qp, cur, IBV_QPS_RTS)?;
             qp.kick();

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
-use xiw_engine::send::{self, AtomicOp, Completion, Piece, Sender, Span, Wr, WrClass, WrOp};
+use xiw_engine::send::{
+    self, AtomicOp, Completion, Piece, Sender, Span, WindowBind, Wr, WrClass, WrOp,
+};
 
 use crate::mem::{self, AccessError, NEED_NONE};
 use crate::qpcore::{QpCore, SgeList};
@@ -475,19 +477,8 @@ impl send::SendHost for SqHost<'_> {
         self.qp.sh.mrs.invalidate(stag, self.qp.by(), false)
     }
 
-    fn bind_window(
-        &mut self,
-        stag: u32,
-        kind: u8,
-        mr: u32,
-        to: u64,
-        len: u64,
-        access: u32,
-    ) -> Result<(), AccessError> {
-        self.qp
-            .sh
-            .mrs
-            .bind_window(self.qp.by(), stag, kind, mr, to, len, access)
+    fn bind_window(&mut self, bind: &WindowBind) -> Result<(), AccessError> {
+        self.qp.sh.mrs.bind_window(self.qp.by(), bind)
     }
 
     fn completed(&mut self, idx: u32, c: Completion) {
@@ -514,14 +505,14 @@ fn wr_op(wqe: &SendWqe, payload: &Body) -> WrOp<Arc<[Sge]>> {
         (op::LOCAL_INV, _) => WrOp::LocalInvalidate {
             stag: wqe.imm_or_inv,
         },
-        (op::BIND_MW, _) => WrOp::BindWindow {
+        (op::BIND_MW, _) => WrOp::BindWindow(WindowBind {
             stag: wqe.rkey,
             kind: wqe.imm_or_inv as u8,
             mr: wqe.operand1 as u32,
             to: wqe.remote_addr,
             len: wqe.operand0,
             access: u32::from(wqe.op_flags),
-        },
+        }),
         (o, Body::Sges(local)) if queue1_request(o) => queue1_op(wqe, local.as_slice().into()),
         (o, Body::Inline { .. }) if queue1_request(o) => WrOp::Invalid("inline queue 1 request"),
         _ => WrOp::Invalid("unsupported opcode on the send queue"),

@@ -31,45 +31,6 @@
 #define LEN 4096
 #define QP_RIGHTS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
-static struct ibv_qp *new_qp(struct ibv_pd *pd, struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr at = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &at);
-
-	if (!qp)
-		die("ibv_create_qp: %s", strerror(errno));
-	return qp;
-}
-
-static void post(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, uint64_t addr,
-		 uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
-{
-	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = op,
-				  .send_flags = IBV_SEND_SIGNALED }, *bad;
-
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	if (ibv_post_send(qp, &wr, &bad))
-		die("ibv_post_send (WR %" PRIu64 "): %s", id, strerror(errno));
-}
-
-static void post_recv(struct ibv_qp *qp, uint64_t id, uint64_t addr, uint32_t len,
-		      uint32_t lkey)
-{
-	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-	if (ibv_post_recv(qp, &wr, &bad))
-		die("ibv_post_recv (WR %" PRIu64 "): %s", id, strerror(errno));
-}
-
 static struct ibv_dm *alloc(struct ibv_context *ctx, size_t len, uint32_t comp_mask)
 {
 	struct ibv_alloc_dm_attr a = { .length = len, .log_align_req = 6, .comp_mask = comp_mask };
@@ -151,7 +112,7 @@ int main(void)
 
 	if (!cq_a || !cq_b)
 		die("ibv_create_cq: %s", strerror(errno));
-	struct ibv_qp *a = new_qp(pd, cq_a), *b = new_qp(pd, cq_b);
+	struct ibv_qp *a = rc_qp(ctx, pd, cq_a, 0), *b = rc_qp(ctx, pd, cq_b, 0);
 
 	connect_qp(a, QP_RIGHTS, gid, b->qp_num);
 	connect_qp(b, QP_RIGHTS, gid, a->qp_num);
@@ -163,9 +124,9 @@ int main(void)
 
 	/* B writes into the device memory (zero-based: offset 16 of the MR). */
 	memset(buf, 0x6c, 64);
-	post_recv(a, 100, (uintptr_t)buf + 2048, 8, mr->lkey);
-	post(b, 1, IBV_WR_RDMA_WRITE, (uintptr_t)buf, 64, mr->lkey, 16, dmr->rkey);
-	post(b, 2, IBV_WR_SEND, (uintptr_t)buf, 8, mr->lkey, 0, 0);
+	post_recv_one(a, 100, (uintptr_t)buf + 2048, 8, mr->lkey);
+	post_one(b, 1, IBV_WR_RDMA_WRITE, (uintptr_t)buf, 64, mr->lkey, 16, dmr->rkey);
+	post_one(b, 2, IBV_WR_SEND, (uintptr_t)buf, 8, mr->lkey, 0, 0);
 	wait_wc(cq_b, 1, "a Write into device memory");
 	wait_wc(cq_b, 2, "the Send after it");
 	wait_wc(cq_a, 100, "A's receive");
@@ -174,12 +135,12 @@ int main(void)
 
 	/* B reads it back; A sends from it. */
 	memset(buf + 512, 0, 64);
-	post(b, 3, IBV_WR_RDMA_READ, (uintptr_t)buf + 512, 64, mr->lkey, 16, dmr->rkey);
+	post_one(b, 3, IBV_WR_RDMA_READ, (uintptr_t)buf + 512, 64, mr->lkey, 16, dmr->rkey);
 	wait_wc(cq_b, 3, "a Read from device memory");
 	if (memcmp(buf + 512, buf, 64))
 		die("the Read from device memory brought other bytes");
-	post_recv(b, 101, (uintptr_t)buf + 1024, 32, mr->lkey);
-	post(a, 4, IBV_WR_SEND, 16, 32, dmr->lkey, 0, 0);
+	post_recv_one(b, 101, (uintptr_t)buf + 1024, 32, mr->lkey);
+	post_one(a, 4, IBV_WR_SEND, 16, 32, dmr->lkey, 0, 0);
 	wait_wc(cq_a, 4, "a Send from device memory");
 	wait_wc(cq_b, 101, "B's receive of it");
 	if (memcmp(buf + 1024, buf, 32))

@@ -33,22 +33,6 @@
 
 #define LEN 4096
 
-static struct ibv_qp *new_qp(struct ibv_pd *pd, struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr a = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &a);
-
-	if (!qp)
-		die("ibv_create_qp: %s", strerror(errno));
-	return qp;
-}
-
 static void post(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, struct ibv_mr *mr,
 		 size_t off, size_t len, uint64_t raddr, uint32_t rkey)
 {
@@ -155,7 +139,7 @@ int main(void)
 	if (mr_a->pd != dom)
 		die("the MR does not name the parent domain it was registered through");
 
-	struct ibv_qp *qa = new_qp(dom, cq_a), *qb = new_qp(pd, cq_b);
+	struct ibv_qp *qa = rc_qp(ctx, dom, cq_a, 0), *qb = rc_qp(ctx, pd, cq_b, 0);
 
 	connect_qp(qa, access, gid, qb->qp_num);
 	connect_qp(qb, access, gid, qa->qp_num);

@@ -59,63 +59,6 @@ static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static union ibv_gid gid;
 
-struct pair {
-	struct ibv_cq *cq_a, *cq_b;
-	struct ibv_qp *a, *b;
-};
-
-static struct ibv_qp *new_qp(struct ibv_cq *cq)
-{
-	struct ibv_qp_init_attr at = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &at);
-
-	if (!qp)
-		die("ibv_create_qp: %s", strerror(errno));
-	return qp;
-}
-
-static struct pair new_pair(void)
-{
-	struct pair p = {
-		.cq_a = ibv_create_cq(ctx, 16, NULL, NULL, 0),
-		.cq_b = ibv_create_cq(ctx, 16, NULL, NULL, 0),
-	};
-
-	if (!p.cq_a || !p.cq_b)
-		die("ibv_create_cq: %s", strerror(errno));
-	p.a = new_qp(p.cq_a);
-	p.b = new_qp(p.cq_b);
-	connect_qp(p.a, QP_RIGHTS, gid, p.b->qp_num);
-	connect_qp(p.b, QP_RIGHTS, gid, p.a->qp_num);
-	return p;
-}
-
-static void free_pair(struct pair *p)
-{
-	if (ibv_destroy_qp(p->a) || ibv_destroy_qp(p->b) || ibv_destroy_cq(p->cq_a) ||
-	    ibv_destroy_cq(p->cq_b))
-		die("destroying a pair: %s", strerror(errno));
-}
-
-static void post_send(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, uint64_t addr,
-		      uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey)
-{
-	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = op,
-				  .send_flags = IBV_SEND_SIGNALED }, *bad;
-
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	if (ibv_post_send(qp, &wr, &bad))
-		die("ibv_post_send (WR %" PRIu64 "): %s", id, strerror(errno));
-}
-
 static void post_atomic(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, void *result,
 			uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t add_or_cmp,
 			uint64_t swap)
@@ -130,27 +73,6 @@ static void post_atomic(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op, v
 	wr.wr.atomic.swap = swap;
 	if (ibv_post_send(qp, &wr, &bad))
 		die("ibv_post_send (atomic WR %" PRIu64 "): %s", id, strerror(errno));
-}
-
-static void post_recv(struct ibv_qp *qp, uint64_t id, uint64_t addr, uint32_t len,
-		      uint32_t lkey)
-{
-	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-	if (ibv_post_recv(qp, &wr, &bad))
-		die("ibv_post_recv (WR %" PRIu64 "): %s", id, strerror(errno));
-}
-
-/* The next completion on `cq` is `wr_id` with `status`. */
-static void expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status status,
-		      const char *what)
-{
-	struct ibv_wc wc = next_wc(cq, what);
-
-	if (wc.wr_id != wr_id || wc.status != status)
-		die("%s: WR %" PRIu64 " completed with %s; expected WR %" PRIu64 " with %s", what,
-		    wc.wr_id, ibv_wc_status_str(wc.status), wr_id, ibv_wc_status_str(status));
 }
 
 static void *map(size_t len)
@@ -221,12 +143,12 @@ static void traffic(void)
 	    errno != EOPNOTSUPP)
 		die("ODP with flush rights: %s, expected EOPNOTSUPP", strerror(errno));
 
-	struct pair p = new_pair();
+	struct pair p = rc_pair(ctx, pd, gid, QP_RIGHTS, 0);
 
 	/* A sends from the memory mapped after registration. */
 	fill(late, 64, 1);
-	post_recv(p.b, 100, (uintptr_t)mb, 64, mrb->lkey);
-	post_send(p.a, 1, IBV_WR_SEND, (uintptr_t)late, 64, mrl->lkey, 0, 0);
+	post_recv_one(p.b, 100, (uintptr_t)mb, 64, mrb->lkey);
+	post_one(p.a, 1, IBV_WR_SEND, (uintptr_t)late, 64, mrl->lkey, 0, 0);
 	wait_wc(p.cq_a, 1, "A's Send from memory mapped after registration");
 	wait_wc(p.cq_b, 100, "B's receive into ODP memory");
 	if (memcmp(mb, late, 64))
@@ -234,10 +156,10 @@ static void traffic(void)
 
 	/* B writes BIG bytes into A's ODP memory, then sends: placed before. */
 	fill(mb, BIG, 2);
-	post_recv(p.a, 101, (uintptr_t)ma + BIG + PAGE, 8, mra->lkey);
-	post_send(p.b, 2, IBV_WR_RDMA_WRITE, (uintptr_t)mb, BIG, mrb->lkey, (uintptr_t)ma,
+	post_recv_one(p.a, 101, (uintptr_t)ma + BIG + PAGE, 8, mra->lkey);
+	post_one(p.b, 2, IBV_WR_RDMA_WRITE, (uintptr_t)mb, BIG, mrb->lkey, (uintptr_t)ma,
 		  mra->rkey);
-	post_send(p.b, 3, IBV_WR_SEND, (uintptr_t)mb, 8, mrb->lkey, 0, 0);
+	post_one(p.b, 3, IBV_WR_SEND, (uintptr_t)mb, 8, mrb->lkey, 0, 0);
 	wait_wc(p.cq_b, 2, "B's large Write");
 	wait_wc(p.cq_b, 3, "B's Send after it");
 	wait_wc(p.cq_a, 101, "A's receive after the Write");
@@ -247,7 +169,7 @@ static void traffic(void)
 	/* B reads BIG bytes of A's ODP memory into its own. */
 	fill(ma, BIG, 3);
 	memset(mb, 0, BIG);
-	post_send(p.b, 4, IBV_WR_RDMA_READ, (uintptr_t)mb, BIG, mrb->lkey, (uintptr_t)ma,
+	post_one(p.b, 4, IBV_WR_RDMA_READ, (uintptr_t)mb, BIG, mrb->lkey, (uintptr_t)ma,
 		  mra->rkey);
 	wait_wc(p.cq_b, 4, "B's large Read");
 	if (memcmp(ma, mb, BIG))
@@ -279,17 +201,17 @@ static void traffic(void)
 		die("out of memory");
 	fill(heap_a, PAGE, 4);
 	memset(heap_b, 0, PAGE);
-	post_recv(p.b, 102, (uintptr_t)heap_b, PAGE, imr->lkey);
-	post_send(p.a, 7, IBV_WR_SEND, (uintptr_t)heap_a, PAGE, imr->lkey, 0, 0);
+	post_recv_one(p.b, 102, (uintptr_t)heap_b, PAGE, imr->lkey);
+	post_one(p.a, 7, IBV_WR_SEND, (uintptr_t)heap_a, PAGE, imr->lkey, 0, 0);
 	wait_wc(p.cq_a, 7, "A's Send through the implicit MR");
 	wait_wc(p.cq_b, 102, "B's receive through the implicit MR");
 	if (memcmp(heap_a, heap_b, PAGE))
 		die("the implicit MR carried other bytes");
 	fill(heap_b, PAGE, 5);
-	post_recv(p.a, 103, (uintptr_t)ma, 8, mra->lkey);
-	post_send(p.b, 8, IBV_WR_RDMA_WRITE, (uintptr_t)heap_b, PAGE, imr->lkey,
+	post_recv_one(p.a, 103, (uintptr_t)ma, 8, mra->lkey);
+	post_one(p.b, 8, IBV_WR_RDMA_WRITE, (uintptr_t)heap_b, PAGE, imr->lkey,
 		  (uintptr_t)heap_a, imr->rkey);
-	post_send(p.b, 9, IBV_WR_SEND, (uintptr_t)mb, 8, mrb->lkey, 0, 0);
+	post_one(p.b, 9, IBV_WR_SEND, (uintptr_t)mb, 8, mrb->lkey, 0, 0);
 	wait_wc(p.cq_b, 8, "B's Write through the implicit MR");
 	wait_wc(p.cq_b, 9, "B's Send after it");
 	wait_wc(p.cq_a, 103, "A's receive after it");
@@ -349,29 +271,29 @@ static void unmapped(void)
 	 * (a queue's ring) could land in the hole.
 	 */
 	for (int i = 0; i < CASES; i++)
-		p[i] = new_pair();
+		p[i] = rc_pair(ctx, pd, gid, QP_RIGHTS, 0);
 	struct holed h = holed();
 	uint64_t hole = (uintptr_t)h.base + PAGE;
 
 	/* A Send gathering from the hole fails locally. */
-	post_send(p[SEND_FROM].a, 1, IBV_WR_SEND, hole, 64, h.mr->lkey, 0, 0);
+	post_one(p[SEND_FROM].a, 1, IBV_WR_SEND, hole, 64, h.mr->lkey, 0, 0);
 	expect_wc(p[SEND_FROM].cq_a, 1, IBV_WC_LOC_PROT_ERR, "a Send from unmapped ODP memory");
 
 	/* A receive into the hole fails locally. */
-	post_recv(p[RECV_INTO].a, 100, hole, 64, h.mr->lkey);
-	post_send(p[RECV_INTO].b, 2, IBV_WR_SEND, (uintptr_t)buf, 64, mr->lkey, 0, 0);
+	post_recv_one(p[RECV_INTO].a, 100, hole, 64, h.mr->lkey);
+	post_one(p[RECV_INTO].b, 2, IBV_WR_SEND, (uintptr_t)buf, 64, mr->lkey, 0, 0);
 	expect_wc(p[RECV_INTO].cq_a, 100, IBV_WC_LOC_PROT_ERR,
 		  "a receive into unmapped ODP memory");
 	check_around(&h, "receive");
 
 	/* A Read whose sink is the hole fails locally. */
-	post_send(p[READ_INTO].a, 3, IBV_WR_RDMA_READ, hole, 64, h.mr->lkey, (uintptr_t)buf,
+	post_one(p[READ_INTO].a, 3, IBV_WR_RDMA_READ, hole, 64, h.mr->lkey, (uintptr_t)buf,
 		  mr->rkey);
 	expect_wc(p[READ_INTO].cq_a, 3, IBV_WC_LOC_PROT_ERR, "a Read into unmapped ODP memory");
 	check_around(&h, "Read sink");
 
 	/* A peer's Read from the hole is refused. */
-	post_send(p[READ_FROM].b, 4, IBV_WR_RDMA_READ, (uintptr_t)buf, 64, mr->lkey, hole,
+	post_one(p[READ_FROM].b, 4, IBV_WR_RDMA_READ, (uintptr_t)buf, 64, mr->lkey, hole,
 		  h.mr->rkey);
 	expect_wc(p[READ_FROM].cq_b, 4, IBV_WC_REM_ACCESS_ERR,
 		  "a Read from unmapped ODP memory");
@@ -390,9 +312,9 @@ static void unmapped(void)
 	struct pair *w = &p[WRITE_ACROSS];
 
 	memset(buf, 0xee, 2 * PAGE);
-	post_send(w->b, 6, IBV_WR_RDMA_WRITE, (uintptr_t)buf, 2 * PAGE, mr->lkey,
+	post_one(w->b, 6, IBV_WR_RDMA_WRITE, (uintptr_t)buf, 2 * PAGE, mr->lkey,
 		  (uintptr_t)h.base, h.mr->rkey);
-	post_send(w->b, 7, IBV_WR_RDMA_READ, (uintptr_t)buf, 8, mr->lkey, (uintptr_t)h.base,
+	post_one(w->b, 7, IBV_WR_RDMA_READ, (uintptr_t)buf, 8, mr->lkey, (uintptr_t)h.base,
 		  h.mr->rkey);
 	struct ibv_wc wc = next_wc(w->cq_b, "a Write across unmapped ODP memory");
 

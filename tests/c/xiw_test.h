@@ -112,15 +112,110 @@ static inline struct ibv_wc next_wc(struct ibv_cq *cq, const char *what)
 	}
 }
 
-/* Waits for the successful completion of `wr_id` on `cq` (5 s at most). */
-static inline void wait_wc(struct ibv_cq *cq, uint64_t wr_id, const char *what)
+/* The next completion on `cq` is `wr_id` with `status`; returns it. */
+static inline struct ibv_wc expect_wc(struct ibv_cq *cq, uint64_t wr_id,
+				      enum ibv_wc_status status, const char *what)
 {
 	struct ibv_wc wc = next_wc(cq, what);
 
-	if (wc.status != IBV_WC_SUCCESS || wc.wr_id != wr_id)
-		die("%s: completion of WR %llu with %s, expected WR %llu", what,
+	if (wc.wr_id != wr_id || wc.status != status)
+		die("%s: WR %llu completed with %s; expected WR %llu with %s", what,
 		    (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status),
-		    (unsigned long long)wr_id);
+		    (unsigned long long)wr_id, ibv_wc_status_str(status));
+	return wc;
+}
+
+/*
+ * An RC QP of `pd` on `cq` (both queues) with room for 16 requests of one
+ * SGE each; extended (ibv_wr_*) with `send_ops` if that is not 0.
+ */
+static inline struct ibv_qp *rc_qp(struct ibv_context *ctx, struct ibv_pd *pd,
+				   struct ibv_cq *cq, uint64_t send_ops)
+{
+	struct ibv_qp_init_attr_ex at = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	struct ibv_qp *qp;
+
+	if (send_ops) {
+		at.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		at.send_ops_flags = send_ops;
+	}
+	qp = ibv_create_qp_ex(ctx, &at);
+	if (!qp)
+		die("ibv_create_qp_ex: %s", strerror(errno));
+	return qp;
+}
+
+/* Posts one signaled request of one SGE (none if `len` is 0). */
+static inline void post_one(struct ibv_qp *qp, uint64_t id, enum ibv_wr_opcode op,
+			    uint64_t addr, uint32_t len, uint32_t lkey, uint64_t raddr,
+			    uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = len ? 1 : 0,
+				  .opcode = op, .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	if (op == IBV_WR_SEND_WITH_INV)
+		wr.invalidate_rkey = rkey;
+	if (ibv_post_send(qp, &wr, &bad))
+		die("ibv_post_send (WR %llu): %s", (unsigned long long)id, strerror(errno));
+}
+
+/* Posts one receive of one SGE. */
+static inline void post_recv_one(struct ibv_qp *qp, uint64_t id, uint64_t addr, uint32_t len,
+				 uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = addr, .length = len, .lkey = lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+	if (ibv_post_recv(qp, &wr, &bad))
+		die("ibv_post_recv (WR %llu): %s", (unsigned long long)id, strerror(errno));
+}
+
+/* Two QPs of one process connected to each other: A and B, each on its CQ. */
+struct pair {
+	struct ibv_cq *cq_a, *cq_b;
+	struct ibv_qp *a, *b;
+};
+
+/* A (extended with `send_ops` if not 0) and B of `pd`, connected, granting `access`. */
+static inline struct pair rc_pair(struct ibv_context *ctx, struct ibv_pd *pd, union ibv_gid gid,
+				  int access, uint64_t send_ops)
+{
+	struct pair p = {
+		.cq_a = ibv_create_cq(ctx, 32, NULL, NULL, 0),
+		.cq_b = ibv_create_cq(ctx, 32, NULL, NULL, 0),
+	};
+
+	if (!p.cq_a || !p.cq_b)
+		die("ibv_create_cq: %s", strerror(errno));
+	p.a = rc_qp(ctx, pd, p.cq_a, send_ops);
+	p.b = rc_qp(ctx, pd, p.cq_b, 0);
+	connect_qp(p.a, access, gid, p.b->qp_num);
+	connect_qp(p.b, access, gid, p.a->qp_num);
+	return p;
+}
+
+static inline void free_pair(struct pair *p)
+{
+	if (ibv_destroy_qp(p->a) || ibv_destroy_qp(p->b) || ibv_destroy_cq(p->cq_a) ||
+	    ibv_destroy_cq(p->cq_b))
+		die("destroying a pair: %s", strerror(errno));
+}
+
+/* Waits for the successful completion of `wr_id` on `cq` (5 s at most). */
+static inline void wait_wc(struct ibv_cq *cq, uint64_t wr_id, const char *what)
+{
+	expect_wc(cq, wr_id, IBV_WC_SUCCESS, what);
 }
 
 #endif

@@ -565,7 +565,7 @@ static void destroy_qp(struct ibv_qp *qp)
 		die("ibv_destroy_qp: %s", strerror(r));
 }
 
-static void post_recv_one(struct ibv_qp *qp, struct endpoint *e, uint64_t id)
+static void post_endpoint_recv(struct ibv_qp *qp, struct endpoint *e, uint64_t id)
 {
 	struct ibv_sge s = { (uintptr_t)e->buf, MSG, e->mr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 }, *bad;
@@ -655,7 +655,7 @@ static void *churn_worker(void *arg)
 		snprintf(who, sizeof(who), "worker %d (QPs %#x/%#x)", w, qa->qp_num, qb->qp_num);
 		fill(a->buf, MSG, id);
 		memset(b->buf, 0, 2 * MSG);
-		post_recv_one(qb, b, id);
+		post_endpoint_recv(qb, b, id);
 		if (to_rts(qa, c->b.gid[kb], qb->qp_num) || to_rts(qb, c->a.gid[ka], qa->qp_num)) {
 			fail(&c->failed, "%s: connecting: %s", who, strerror(errno));
 			mode = 7;
@@ -718,7 +718,7 @@ static void *churn_steady(void *arg)
 		uint64_t id = ((uint64_t)(0xff00 | s) << 48) | (it << 1);
 
 		fill(a.buf, MSG, id);
-		post_recv_one(qb, &b, id);
+		post_endpoint_recv(qb, &b, id);
 		if (post_write_send(qa, &a, &b, id)) {
 			fail(&c->failed, "%s: ibv_post_send: %s", who, strerror(errno));
 			break;

@@ -786,8 +786,15 @@ impl<R> Receiver<R> {
         // Flush and Verify rights live on the MR only; the QP's flags gate the rest.
         let allowed = qp_access | access::MR_ONLY;
         let short = |what| Fail::terminate(Cause::DDP_LOCAL_CATASTROPHIC, Some(dhdr), None, what);
+        // A request of a fixed size carries nothing behind its fields.
+        let sized = |len: usize, what| {
+            (payload.len() == len)
+                .then_some(())
+                .ok_or_else(|| short(what))
+        };
         let entry = match op {
             rdmap::Opcode::ReadRequest => {
+                sized(rdmap::READ_REQUEST_LEN, "Read Request of another length")?;
                 let pkt = rdmap::ReadRequestPacket::new_checked(payload)
                     .map_err(|_| short("short Read Request"))?;
                 let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| unexpected(dhdr))?;
@@ -812,6 +819,7 @@ impl<R> Receiver<R> {
                 })
             }
             rdmap::Opcode::AtomicRequest => {
+                sized(atomic::REQUEST_LEN, "Atomic Request of another length")?;
                 let pkt = atomic::RequestPacket::new_checked(payload)
                     .map_err(|_| short("short Atomic Request"))?;
                 let req = atomic::AtomicRequestRepr::parse(&pkt)
@@ -841,6 +849,7 @@ impl<R> Receiver<R> {
                 }
             }
             rdmap::Opcode::FlushRequest => {
+                sized(commit::FLUSH_REQUEST_LEN, "Flush Request of another length")?;
                 let pkt = commit::FlushRequestPacket::new_checked(payload)
                     .map_err(|_| short("short Flush Request"))?;
                 let req = commit::FlushRequestRepr::parse(&pkt)
@@ -891,6 +900,10 @@ impl<R> Receiver<R> {
                 }
             }
             _ => {
+                sized(
+                    commit::ATOMIC_WRITE_REQUEST_LEN,
+                    "Atomic Write Request of another length",
+                )?;
                 let pkt = commit::AtomicWriteRequestPacket::new_checked(payload)
                     .map_err(|_| short("short Atomic Write Request"))?;
                 let req = commit::AtomicWriteRequestRepr::parse(&pkt)
@@ -1005,6 +1018,9 @@ fn response<H: Host>(
                 request_id, result, ..
             }),
         ) => {
+            if payload.len() != atomic::RESPONSE_LEN {
+                return Err(short("Atomic Response of another length"));
+            }
             let pkt = atomic::ResponsePacket::new_checked(payload)
                 .map_err(|_| short("short Atomic Response"))?;
             let resp = atomic::AtomicResponseRepr::parse(&pkt)
@@ -1024,7 +1040,13 @@ fn response<H: Host>(
             None
         }
         (rdmap::Opcode::FlushResponse, Some(Outstanding::Flush { .. }))
-        | (rdmap::Opcode::AtomicWriteResponse, Some(Outstanding::AtomicWrite { .. })) => None,
+        | (rdmap::Opcode::AtomicWriteResponse, Some(Outstanding::AtomicWrite { .. })) => {
+            // These answers carry no payload.
+            if !payload.is_empty() {
+                return Err(short("a response without payload carries some"));
+            }
+            None
+        }
         (rdmap::Opcode::VerifyResponse, Some(Outstanding::Verify { result, .. })) => {
             if host.local_len(&result) < payload.len() as u64 {
                 return Err(Fail::local(

@@ -99,17 +99,9 @@ pub enum WrOp<L> {
     LocalInvalidate {
         stag: u32,
     },
-    /// Binds memory window `stag` (its new STag) of type `kind` to `[to,
-    /// to+len)` of region `mr` with rights `access`; length 0 unbinds a type
-    /// 1 window. Local: carried out in send queue order, nothing on the wire.
-    BindWindow {
-        stag: u32,
-        kind: u8,
-        mr: u32,
-        to: u64,
-        len: u64,
-        access: u32,
-    },
+    /// Binds a memory window. Local: carried out in send queue order,
+    /// nothing on the wire.
+    BindWindow(WindowBind),
     /// Nothing this QP can carry out (an inline queue 1 request, an unknown opcode).
     Invalid(&'static str),
 }
@@ -139,6 +131,19 @@ pub struct Wr<L, P> {
     /// A Send or Write that reports a completion (signaled): with
     /// [`Sender::set_confirm`] it completes once the peer confirms it.
     pub confirmed: bool,
+}
+
+/// A memory window bind: window `stag` (its new STag) of type `kind` (1 or
+/// 2) to `[to, to+len)` of region `mr`, granting `access`; length 0 unbinds
+/// a type 1 window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowBind {
+    pub stag: u32,
+    pub kind: u8,
+    pub mr: u32,
+    pub to: u64,
+    pub len: u64,
+    pub access: u32,
 }
 
 /// What decides whether the next work request may start now.
@@ -247,15 +252,7 @@ pub trait SendHost {
     fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessFault>;
     /// Carries out a [`WrOp::BindWindow`]; a driver without memory windows
     /// refuses every bind.
-    fn bind_window(
-        &mut self,
-        _stag: u32,
-        _kind: u8,
-        _mr: u32,
-        _to: u64,
-        _len: u64,
-        _access: u32,
-    ) -> Result<(), AccessFault> {
+    fn bind_window(&mut self, _bind: &WindowBind) -> Result<(), AccessFault> {
         Err(AccessFault::InvalidStag)
     }
     /// Work request `idx` is finished (completions are reported in send queue
@@ -445,9 +442,11 @@ impl<L: Clone + Default, P> Sender<L, P> {
         self.mulpdu = p.mulpdu.clamp(1, mpa::MAX_ULPDU - ddp::UNTAGGED_HDR_LEN);
         self.gate = p.gate;
         self.rtr = p.rtr;
-        self.peer_ird = p.peer_ird.max(1);
-        self.ord_max = p.ord.max(1).min(self.peer_ird);
-        self.ird_max = p.ird.max(1);
+        // 0 is honoured both ways (RFC 6581 section 7.1): with ORD 0 no
+        // request of queue 1 goes out, with IRD 0 none is taken in.
+        self.peer_ird = p.peer_ird;
+        self.ord_max = p.ord.min(self.peer_ird);
+        self.ird_max = p.ird;
         self.inplace_min = p.inplace_min;
     }
 
@@ -490,7 +489,7 @@ impl<L: Clone + Default, P> Sender<L, P> {
 
     /// Sets ORD (modify_qp's `max_rd_atomic`), within the peer's IRD.
     pub fn set_ord(&mut self, ord: u32) {
-        self.ord_max = self.peer_ird.min(ord.max(1));
+        self.ord_max = self.peer_ird.min(ord);
     }
 
     /// Sends `body` as a Terminate ahead of everything else; nothing follows it.
@@ -805,9 +804,10 @@ impl<L: Clone + Default, P> Sender<L, P> {
         // A fenced request waits for every Read before it; a queue 1 request for
         // room in ORD.
         let confirm = self.confirm && ord > 0;
+        // With ORD 0 a queue 1 request is taken, to fail: it can never go.
         let admit = |c: WrClass| {
             let fenced = c.fence && outstanding > 0;
-            let full = (c.queue1 || (confirm && c.confirmed)) && outstanding >= ord;
+            let full = (c.queue1 || (confirm && c.confirmed)) && outstanding >= ord && ord > 0;
             !fenced && !full
         };
         let Some(wr) = host.next_wr(admit) else {
@@ -897,15 +897,8 @@ impl<L: Clone + Default, P> Sender<L, P> {
                     self.local_done(host, wr.idx, r);
                     Ok(true)
                 }
-                &WrOp::BindWindow {
-                    stag,
-                    kind,
-                    mr,
-                    to,
-                    len,
-                    access,
-                } => {
-                    let r = host.bind_window(stag, kind, mr, to, len, access);
+                WrOp::BindWindow(b) => {
+                    let r = host.bind_window(b);
                     self.local_done(host, wr.idx, r);
                     Ok(true)
                 }
@@ -1055,6 +1048,14 @@ impl<L: Clone + Default, P> Sender<L, P> {
 
     /// A Read, Atomic, Flush, Verify or Atomic Write Request on queue 1.
     fn frame_request(&mut self, idx: u32, op: WrOp<L>, length: u32) -> Result<(), Fail> {
+        if self.ord_max == 0 {
+            // The connection agreed on ORD 0 (or the QP's max_rd_atomic is
+            // 0): nothing of queue 1 may go (RFC 6581 section 7.1).
+            return Err(Fail::local(
+                Status::LocalQpOperation,
+                "RDMA Read or atomic request with ORD 0",
+            ));
+        }
         let (opcode, body, pending): (_, Vec<u8>, _) = match op {
             WrOp::Read {
                 stag,

@@ -746,3 +746,63 @@ fn confirmed_completions_wait_for_the_peer() {
         (1, Completion::Error(Status::RemoteAccess))
     );
 }
+
+/// A zero-length Read names no memory: the responder does not check its
+/// source STag and answers it with a zero-length Read Response (RFC 5040
+/// section 5.2.1), and the Read completes.
+#[test]
+fn a_zero_length_read_of_any_stag_is_answered() {
+    let (mut a, b) = (side(1), side(2));
+    a.post(
+        WrOp::Read {
+            stag: 0x7777,
+            to: 0xdead_0000,
+            sink_stag: DST,
+            sink_to: 0x2_0000,
+            sink: vec![],
+        },
+        vec![],
+        false,
+    );
+    let mut p = Pair::connected(a, b, true, 16384, 4, 4);
+    p.run();
+    assert_eq!(p.ends[0].mem.sq_done, vec![(0, Completion::Success)]);
+    assert!(p.ends[0].failed.is_none() && p.ends[1].failed.is_none());
+}
+
+/// A connection that agreed on ORD 0 (the peer offered IRD 0, RFC 6581
+/// section 7.1) sends no RDMA Read: one posted fails locally with the QP
+/// operation error, and the peer never sees the request.
+#[test]
+fn with_ord_zero_no_read_goes_out() {
+    let (mut a, b) = (side(1), side(2));
+    a.post(
+        WrOp::Read {
+            stag: RO,
+            to: 0x3_0000,
+            sink_stag: DST,
+            sink_to: 0x2_0000,
+            sink: vec![(DST, 0x2_0000, 8)],
+        },
+        vec![(DST, 0x2_0000, 8)],
+        false,
+    );
+    let mut p = Pair::connected(a, b, true, 16384, 0, 0);
+    p.run();
+    assert_eq!(
+        p.ends[0].mem.sq_done,
+        vec![(0, Completion::Error(Status::LocalQpOperation))]
+    );
+    let sent = p.sent(0);
+    let mut at = 0;
+    while at < sent.len() {
+        let n = xiw_engine::wire::mpa::peek_fpdu_len(&sent[at..]).expect("whole FPDUs");
+        let ctrl = xiw_engine::wire::rdmap::Ctrl::from_byte(sent[at + 3]);
+        assert_ne!(
+            xiw_engine::wire::rdmap::Opcode::from_u8(ctrl.opcode),
+            Some(xiw_engine::wire::rdmap::Opcode::ReadRequest),
+            "a Read Request went out"
+        );
+        at += n;
+    }
+}

@@ -480,6 +480,47 @@ fn an_xiw_peers_immediate_rides_with_the_send_that_follows() {
     );
 }
 
+/// Responses that carry no payload (Flush, Atomic Write) and the Atomic
+/// Response of RFC 7306 are refused with anything behind their fields.
+#[test]
+fn responses_of_a_fixed_size_carry_nothing_more() {
+    for (op, extra, outstanding) in [
+        (
+            rdmap::Opcode::FlushResponse,
+            2,
+            Outstanding::Flush { sq_idx: 4 },
+        ),
+        (
+            rdmap::Opcode::AtomicWriteResponse,
+            8,
+            Outstanding::AtomicWrite { sq_idx: 4 },
+        ),
+        (
+            rdmap::Opcode::AtomicResponse,
+            atomic::RESPONSE_LEN + 4,
+            Outstanding::Atomic {
+                sq_idx: 4,
+                request_id: 0,
+                result: vec![(LOC, 12288, 8)],
+            },
+        ),
+    ] {
+        let mut s = sim();
+        s.orq.push_back(outstanding);
+        let mut p = Peer::new(true);
+        p.msn[3] = 1;
+        let frame = p.message(op, ddp::QN_ATOMIC_RESPONSE, 0, &vec![0; extra], 64);
+        let f = run(&mut s, params(true), &frame).unwrap_err();
+        assert_eq!(
+            cause(&f).0,
+            Cause::DDP_LOCAL_CATASTROPHIC,
+            "{op:?}: {}",
+            f.why
+        );
+        assert!(s.answered.is_empty(), "{op:?} answered");
+    }
+}
+
 #[test]
 fn read_responses_fill_the_oldest_read_and_complete_it() {
     let mut s = sim();
@@ -727,6 +768,29 @@ fn cases() -> Vec<Case> {
                     &mut b[..],
                 ));
                 p.message(Op::AtomicWriteRequest, 1, 0, &b, 64)
+            },
+        ),
+        c("read request length", Cause::DDP_LOCAL_CATASTROPHIC, |p| {
+            // A valid Read Request of 8 bytes, with 4 more behind it.
+            let req = rdmap::ReadRequestRepr {
+                sink_stag: 1,
+                sink_to: 0,
+                size: 8,
+                src_stag: BUF,
+                src_to: BUF_IOVA,
+            };
+            let mut b = vec![0u8; rdmap::READ_REQUEST_LEN + 4];
+            req.emit(&mut rdmap::ReadRequestPacket::new_unchecked(&mut b[..]));
+            p.message(Op::ReadRequest, ddp::QN_READ_REQUEST, 0, &b, 64)
+        }),
+        c(
+            "atomic request length",
+            Cause::DDP_LOCAL_CATASTROPHIC,
+            |p| {
+                let req = atomic::AtomicRequestRepr::fetch_add(1, BUF, BUF_IOVA, 1);
+                let mut b = vec![0u8; req.buffer_len() + 8];
+                req.emit(&mut atomic::RequestPacket::new_unchecked(&mut b[..]));
+                p.message(Op::AtomicRequest, ddp::QN_READ_REQUEST, 0, &b, 1 << 16)
             },
         ),
         c(
