@@ -315,6 +315,16 @@ impl Shared {
     }
 
     /// Some QP of protection domain `pd` exists.
+    /// How many QPs protection domain `pd` has.
+    pub fn pd_qp_count(&self, pd: u32) -> usize {
+        self.qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter(|q| q.pd() == pd)
+            .count()
+    }
+
     pub fn pd_has_qps(&self, pd: u32) -> bool {
         self.qps
             .read()

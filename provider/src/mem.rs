@@ -280,11 +280,32 @@ impl MrTable {
         Ok(())
     }
 
-    /// Invalidates an STag: a region, or a type 2 window, which is unbound
-    /// (Local Invalidate, or `remote`ly Send with Invalidate, which for a
-    /// window must come on the stream of the QP it was bound through). RFC
-    /// 5040 section 6.4.
-    pub fn invalidate(&self, stag: u32, by: By, remote: bool) -> Result<(), AccessError> {
+    /// Invalidates an STag for a Local Invalidate: a region, or a type 2
+    /// window, which is unbound. RFC 5040 section 6.4.
+    pub fn invalidate(&self, stag: u32, by: By) -> Result<(), AccessError> {
+        self.invalidate_as(stag, by, None)
+    }
+
+    /// Invalidates an STag for the peer's Send with Invalidate, which RFC
+    /// 5040 allows only for an STag associated with this stream (sections
+    /// 5.3 and 8.1.1 rule 7): a type 2 window bound through this QP, or a
+    /// region that is not enabled for remote access on several streams —
+    /// `shared` says whether other QPs of its protection domain exist.
+    pub fn invalidate_remote(
+        &self,
+        stag: u32,
+        by: By,
+        shared: &mut dyn FnMut() -> bool,
+    ) -> Result<(), AccessError> {
+        self.invalidate_as(stag, by, Some(shared))
+    }
+
+    fn invalidate_as(
+        &self,
+        stag: u32,
+        by: By,
+        remote: Option<&mut dyn FnMut() -> bool>,
+    ) -> Result<(), AccessError> {
         let window = {
             let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
             let mr = lookup(&s, stag)?;
@@ -292,6 +313,13 @@ impl MrTable {
                 return Err(AccessError::WrongPd);
             }
             if mr.window.is_none() {
+                let remote_access =
+                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+                if let Some(shared) = remote {
+                    if mr.access & remote_access != 0 && shared() {
+                        return Err(AccessError::WrongPd);
+                    }
+                }
                 mr.valid.store(false, Ordering::Release);
                 return Ok(());
             }
@@ -304,7 +332,7 @@ impl MrTable {
                 if w.mr.is_none() {
                     return Err(AccessError::InvalidStag);
                 }
-                if remote && w.qpn != by.qpn {
+                if remote.is_some() && w.qpn != by.qpn {
                     return Err(AccessError::WrongPd);
                 }
                 unbind(&mut s, index);
@@ -852,7 +880,7 @@ mod tests {
             t.write(stag ^ 1, P1, 0x1000, b"x", 0),
             Err(AccessError::InvalidStag)
         );
-        t.invalidate(stag, P1, false).unwrap();
+        t.invalidate(stag, P1).unwrap();
         assert_eq!(
             t.write(stag, P1, 0x1000, b"x", 0),
             Err(AccessError::InvalidStag)
@@ -862,6 +890,44 @@ mod tests {
         assert_ne!(again, stag, "a reused slot gets a new key");
         assert_eq!(
             t.write(stag, P1, 0x1000, b"x", 0),
+            Err(AccessError::InvalidStag)
+        );
+    }
+
+    /// A peer may end a region enabled for remote access only if no other
+    /// stream may use it (RFC 5040 section 8.1.1 rule 7); one without remote
+    /// access it may end.
+    #[test]
+    fn remote_invalidation_of_regions() {
+        let t = MrTable::default();
+        let remote = t.register(
+            1,
+            0x1000,
+            64,
+            0x1000,
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+        );
+        let local = t.register(1, 0x1000, 64, 0x1000, IBV_ACCESS_LOCAL_WRITE);
+        let mut asked = 0;
+        assert_eq!(
+            t.invalidate_remote(remote, P1, &mut || {
+                asked += 1;
+                true
+            }),
+            Err(AccessError::WrongPd)
+        );
+        assert_eq!(asked, 1);
+        assert!(t.view(remote).is_some());
+        t.invalidate_remote(local, P1, &mut || true).unwrap();
+        assert_eq!(
+            t.invalidate_remote(remote, P2, &mut || false),
+            Err(AccessError::WrongPd),
+            "another PD's"
+        );
+        t.invalidate_remote(remote, P1, &mut || false).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(
+            t.read(remote, P1, 0x1000, 1, IBV_ACCESS_REMOTE_READ, &mut out),
             Err(AccessError::InvalidStag)
         );
     }
@@ -1007,7 +1073,7 @@ mod tests {
         );
         t.write(b1, P1, 0x1040, b"d", write).unwrap();
         // A type 1 window cannot be invalidated; a bind of length 0 unbinds it.
-        assert_eq!(t.invalidate(b1, P1, false), Err(AccessError::Access));
+        assert_eq!(t.invalidate(b1, P1), Err(AccessError::Access));
         let u1 = next(b1);
         t.bind_window(
             P1,
@@ -1059,15 +1125,21 @@ mod tests {
             "bound already"
         );
         // The region invalidated: nothing through the window either.
-        t.invalidate(mr, P1, false).unwrap();
+        t.invalidate(mr, P1).unwrap();
         assert_eq!(
             t.write(b2, P1, 4, b"z", write),
             Err(AccessError::InvalidStag)
         );
         // Remote invalidation must come through the QP it was bound through.
-        assert_eq!(t.invalidate(b2, P1B, true), Err(AccessError::WrongPd));
-        t.invalidate(b2, P1, true).unwrap();
-        assert_eq!(t.invalidate(b2, P1, true), Err(AccessError::InvalidStag));
+        assert_eq!(
+            t.invalidate_remote(b2, P1B, &mut || false),
+            Err(AccessError::WrongPd)
+        );
+        t.invalidate_remote(b2, P1, &mut || false).unwrap();
+        assert_eq!(
+            t.invalidate_remote(b2, P1, &mut || false),
+            Err(AccessError::InvalidStag)
+        );
         assert_eq!(t.view(mr).map(|v| v.windows), Some(0));
         assert_eq!(t.deregister(mr), Ok(()));
         assert_eq!(t.deregister(w2), Err(libc::EINVAL), "a window is no region");

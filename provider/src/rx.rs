@@ -277,7 +277,10 @@ impl recv::Host for Placer<'_> {
     }
 
     fn invalidate(&mut self, stag: u32) -> Result<(), AccessError> {
-        self.qp.sh.mrs.invalidate(stag, self.qp.by(), true)
+        let qp = self.qp;
+        // Shared on several streams: another QP of the protection domain.
+        let mut shared = || qp.sh.pd_qp_count(qp.pd) > 1;
+        qp.sh.mrs.invalidate_remote(stag, qp.by(), &mut shared)
     }
 
     fn take_recv(&mut self) -> Option<RecvJob> {

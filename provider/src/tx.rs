@@ -474,7 +474,7 @@ impl send::SendHost for SqHost<'_> {
     }
 
     fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessError> {
-        self.qp.sh.mrs.invalidate(stag, self.qp.by(), false)
+        self.qp.sh.mrs.invalidate(stag, self.qp.by())
     }
 
     fn bind_window(&mut self, bind: &WindowBind) -> Result<(), AccessError> {

@@ -23,6 +23,11 @@
  *   work request is refused at post (EINVAL); Local Invalidate and the peer's
  *   Send with Invalidate (reported with IBV_WC_WITH_INV) end it; freeing it
  *   ends it too.
+ * - Remote invalidation of regions (RFC 5040 section 8.1.1 rule 7): the peer's
+ *   Send with Invalidate may end a region enabled for remote access only if
+ *   no other stream may use it (its PD has no other QP); otherwise the
+ *   receive fails, the Terminate says the STag cannot be invalidated, and
+ *   the region stays valid. A region without remote access may be ended.
  *
  * The device is the first one libibverbs lists (or $XIW_DEVICE). Prints one
  * summary line on success; exits 1 with the reason on stderr otherwise.
@@ -277,6 +282,74 @@ static void type2(uint8_t *buf, struct ibv_mr *mr, uint8_t *peer, struct ibv_mr 
 		die("ibv_dereg_mr: %s", strerror(errno));
 }
 
+/* B sends with Invalidate of `rkey` to A, which receives into `buf`; A's receive's status. */
+static enum ibv_wc_status send_inv(struct pair *p, uint8_t *buf, uint32_t lkey, uint32_t rkey,
+				   uint8_t *peer, struct ibv_mr *pmr, struct ibv_wc *wc)
+{
+	post_recv_one(p->a, 200, (uintptr_t)buf + 2048, 8, lkey);
+	post_one(p->b, 20, IBV_WR_SEND_WITH_INV, (uintptr_t)peer, 8, pmr->lkey, 0, rkey);
+	*wc = next_wc(p->cq_a, "the receive of a Send with Invalidate");
+	return wc->status;
+}
+
+static void remote_invalidation(uint8_t *peer, struct ibv_mr *pmr)
+{
+	uint8_t *buf = calloc(1, LEN);
+	struct ibv_mr *shared = ibv_reg_mr(pd, buf, LEN, QP_RIGHTS);
+	struct ibv_mr *local = ibv_reg_mr(pd, buf, LEN, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc;
+
+	if (!buf || !shared || !local)
+		die("ibv_reg_mr: %s", strerror(errno));
+
+	/* A region every QP of the PD may use: not the peer's to end. */
+	struct pair p = rc_pair(ctx, pd, gid, QP_RIGHTS, 0);
+
+	if (send_inv(&p, buf, local->lkey, shared->rkey, peer, pmr, &wc) == IBV_WC_SUCCESS)
+		die("a peer invalidated a region other streams may use");
+	free_pair(&p);
+	p = rc_pair(ctx, pd, gid, QP_RIGHTS, 0);
+	post_one(p.b, 21, IBV_WR_RDMA_READ, (uintptr_t)peer, 8, pmr->lkey, (uintptr_t)buf,
+		 shared->rkey);
+	expect_wc(p.cq_b, 21, IBV_WC_SUCCESS, "a Read through the region the peer could not end");
+
+	/* A region without remote access: the peer may end it. */
+	if (send_inv(&p, buf, local->lkey, local->lkey, peer, pmr, &wc) != IBV_WC_SUCCESS ||
+	    !(wc.wc_flags & IBV_WC_WITH_INV) || wc.invalidated_rkey != local->lkey)
+		die("Send with Invalidate of a region without remote access: %s",
+		    ibv_wc_status_str(wc.status));
+	free_pair(&p);
+
+	/* A region whose PD has one QP, the one the peer sends to: it may end it. */
+	struct ibv_pd *own = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq_a = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *cq_b = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+
+	if (!own || !cq_a || !cq_b)
+		die("ibv_alloc_pd / ibv_create_cq: %s", strerror(errno));
+	struct ibv_mr *mine = ibv_reg_mr(own, buf, LEN, QP_RIGHTS);
+
+	if (!mine)
+		die("ibv_reg_mr: %s", strerror(errno));
+	p = (struct pair){ .cq_a = cq_a, .cq_b = cq_b, .a = rc_qp(ctx, own, cq_a, 0),
+			   .b = rc_qp(ctx, pd, cq_b, 0) };
+	connect_qp(p.a, QP_RIGHTS, gid, p.b->qp_num);
+	connect_qp(p.b, QP_RIGHTS, gid, p.a->qp_num);
+	if (send_inv(&p, buf, mine->lkey, mine->rkey, peer, pmr, &wc) != IBV_WC_SUCCESS ||
+	    !(wc.wc_flags & IBV_WC_WITH_INV) || wc.invalidated_rkey != mine->rkey)
+		die("Send with Invalidate of a region of the stream's own: %s",
+		    ibv_wc_status_str(wc.status));
+	expect_wc(p.cq_b, 20, IBV_WC_SUCCESS, "the Send with Invalidate");
+	post_one(p.b, 22, IBV_WR_RDMA_READ, (uintptr_t)peer, 8, pmr->lkey, (uintptr_t)buf,
+		 mine->rkey);
+	expect_wc(p.cq_b, 22, IBV_WC_REM_ACCESS_ERR, "a Read through the region the peer ended");
+	free_pair(&p);
+	if (ibv_dereg_mr(shared) || ibv_dereg_mr(local) || ibv_dereg_mr(mine) ||
+	    ibv_dealloc_pd(own))
+		die("cleaning up: %s", strerror(errno));
+	free(buf);
+}
+
 int main(void)
 {
 	struct ibv_device_attr a;
@@ -308,10 +381,12 @@ int main(void)
 		die("ibv_reg_mr: %s", strerror(errno));
 	type1(buf, mr, peer, pmr);
 	type2(buf, mr, peer, pmr);
+	remote_invalidation(peer, pmr);
 	if (ibv_dereg_mr(mr) || ibv_dereg_mr(pmr))
 		die("ibv_dereg_mr once the windows are gone: %s", strerror(errno));
 	if (ibv_dealloc_pd(pd) || ibv_close_device(ctx))
 		die("cleaning up: %s", strerror(errno));
-	printf("mw ok: type 1 and type 2 windows: binds, access, refusals, invalidation\n");
+	printf("mw ok: type 1 and type 2 windows: binds, access, refusals, invalidation; "
+	       "remote invalidation of regions\n");
 	return 0;
 }
