@@ -49,7 +49,8 @@ for b in xiw xiw-verbs-check; do
 done
 
 # /proc for the tools, /dev for /dev/full (the device node's number) and the
-# node itself; unmounted on the way out.
+# node itself, /sys for what the test suite asks of the machine (huge pages);
+# unmounted on the way out. The device itself is found under SYSFS_PATH.
 mounted=()
 cleanup() {
     chroot "$root" xiw down --root /run/xiw/chroot >/dev/null 2>&1 || true
@@ -57,7 +58,7 @@ cleanup() {
     for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-for m in proc dev; do
+for m in proc dev sys; do
     if ! mountpoint -q "$root/$m"; then
         mount --bind "/$m" "$root/$m"
         mounted+=("$root/$m")

@@ -17,9 +17,9 @@ use xiw_tests::pyverbs::{check, MAY_FAIL, MAY_FAIL_PLACED};
 
 /// Fewest of rdma-core 56.1's tests that must pass, with the default
 /// completions and with completions confirmed by the peer.
-const MIN_OK_56: (usize, usize) = (83, 98);
+const MIN_OK_56: (usize, usize) = (86, 101);
 /// Fewest of rdma-core 65.0's tests that must pass, likewise.
-const MIN_OK_65: (usize, usize) = (97, 116);
+const MIN_OK_65: (usize, usize) = (101, 120);
 
 /// Runs `tests/rdma-core.sh` with `args`; fails the test with its output
 /// unless it succeeds. Prints what it printed.
