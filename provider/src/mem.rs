@@ -1,7 +1,9 @@
 //! Protection domains, memory regions and STag checks.
 //!
-//! An STag is `index << 8 | key`: the index picks the table slot, the key (bumped
-//! on every reuse of the slot) makes a stale STag miss. Every access from the
+//! An STag is `index << 8 | key` (RFC 5040 section 8.1.1 rule 8: difficult to
+//! predict): the index is the table slot scrambled with a random mask of the
+//! table's, the key is drawn at random at each registration of the slot (and
+//! differs from the one before, so that a stale STag misses). Every access from the
 //! network or from a work request goes through [`MrTable`], which checks STag,
 //! PD, permission and bounds before a byte is touched, under a read lock that
 //! deregistration waits for, so memory is never touched after `ibv_dereg_mr`.
@@ -199,11 +201,51 @@ pub struct MrTable {
     slots: RwLock<Slots>,
 }
 
-#[derive(Default)]
 struct Slots {
     mrs: Vec<Option<Mr>>,
     keys: Vec<u8>,
     free: Vec<u32>,
+    /// Scrambles slots into STag indices (24 bits, not 0).
+    mask: u32,
+    /// State of the generator of keys (xorshift64*).
+    rng: u64,
+}
+
+impl Default for Slots {
+    fn default() -> Slots {
+        use std::hash::{BuildHasher, Hasher};
+        // The standard library's randomly keyed hasher: a seed no peer can know.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x7869_775f_7374_6167);
+        let seed = h.finish() | 1;
+        Slots {
+            mrs: Vec::new(),
+            keys: Vec::new(),
+            free: Vec::new(),
+            mask: ((seed >> 40) as u32 & 0x00ff_ffff).max(1),
+            rng: seed,
+        }
+    }
+}
+
+impl Slots {
+    /// The table slot an STag names.
+    fn slot_of(&self, stag: u32) -> usize {
+        ((stag >> 8) ^ self.mask) as usize
+    }
+
+    /// A random key other than `prev`.
+    fn next_key(&mut self, prev: u8) -> u8 {
+        loop {
+            self.rng ^= self.rng >> 12;
+            self.rng ^= self.rng << 25;
+            self.rng ^= self.rng >> 27;
+            let k = (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8;
+            if k != prev {
+                return k;
+            }
+        }
+    }
 }
 
 impl MrTable {
@@ -225,8 +267,9 @@ impl MrTable {
         let index = match s.free.pop() {
             Some(i) => i,
             None => {
-                // Slot 0 is never used: STags below 256 stay invalid.
-                if s.mrs.is_empty() {
+                // The slot whose STag index would be 0 is never used: STags
+                // below 256 stay invalid.
+                if s.mrs.len() as u32 == s.mask {
                     s.mrs.push(None);
                     s.keys.push(0);
                 }
@@ -235,10 +278,11 @@ impl MrTable {
                 (s.mrs.len() - 1) as u32
             }
         };
-        let key = s.keys[index as usize].wrapping_add(1);
+        let prev = s.keys[index as usize];
+        let key = s.next_key(prev);
         s.keys[index as usize] = key;
         s.mrs[index as usize] = Some(spec.into_mr(key));
-        index << 8 | key as u32
+        (index ^ s.mask) << 8 | key as u32
     }
 
     /// What the MR `stag` is registered as now; None if `stag` names no MR.
@@ -258,7 +302,8 @@ impl MrTable {
         if lookup(&s, stag).ok()?.view() != *was {
             return Some(false);
         }
-        s.mrs[(stag >> 8) as usize] = Some(spec.into_mr(stag as u8));
+        let slot = s.slot_of(stag);
+        s.mrs[slot] = Some(spec.into_mr(stag as u8));
         Some(true)
     }
 
@@ -274,7 +319,7 @@ impl MrTable {
         if mr.windows > 0 {
             return Err(libc::EBUSY);
         }
-        let index = (stag >> 8) as usize;
+        let index = s.slot_of(stag);
         s.mrs[index] = None;
         s.free.push(index as u32);
         Ok(())
@@ -326,7 +371,7 @@ impl MrTable {
             mr.window
         };
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        let index = (stag >> 8) as usize;
+        let index = s.slot_of(stag);
         match lookup(&s, stag)?.window {
             Some(w) if Some(w) == window && w.kind == 2 => {
                 if w.mr.is_none() {
@@ -361,11 +406,12 @@ impl MrTable {
         })
     }
 
-    /// Frees the window in slot `index` (unbinding it); false if there is
-    /// none. By index: a type 2 window's key changes with each bind.
+    /// Frees the window of STag index `index` (its STag without the key:
+    /// a type 2 window's key changes with each bind), unbinding it; false if
+    /// there is none.
     pub fn free_window(&self, index: u32) -> bool {
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        let index = index as usize;
+        let index = s.slot_of(index << 8);
         if !matches!(s.mrs.get(index), Some(Some(m)) if m.window.is_some()) {
             return false;
         }
@@ -393,7 +439,7 @@ impl MrTable {
             access,
         } = bind;
         let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        let index = (stag >> 8) as usize;
+        let index = s.slot_of(stag);
         let w = match s.mrs.get(index) {
             Some(Some(w)) => w,
             _ => return Err(AccessError::InvalidStag),
@@ -427,7 +473,8 @@ impl MrTable {
         unbind(&mut s, index);
         s.keys[index] = stag as u8;
         if let Some((host, odp)) = bound {
-            if let Some(Some(r)) = s.mrs.get_mut((mr >> 8) as usize) {
+            let r = s.slot_of(mr);
+            if let Some(Some(r)) = s.mrs.get_mut(r) {
                 r.windows += 1;
             }
             let Some(Some(w)) = s.mrs.get_mut(index) else {
@@ -768,13 +815,14 @@ fn unbind(s: &mut Slots, index: usize) {
     w.valid.store(false, Ordering::Release);
     w.len = 0;
     w.access = 0;
-    if let Some(Some(r)) = s.mrs.get_mut((mr >> 8) as usize) {
+    let r = s.slot_of(mr);
+    if let Some(Some(r)) = s.mrs.get_mut(r) {
         r.windows -= 1;
     }
 }
 
 fn lookup(s: &Slots, stag: u32) -> Result<&Mr, AccessError> {
-    match s.mrs.get((stag >> 8) as usize) {
+    match s.mrs.get(s.slot_of(stag)) {
         Some(Some(mr)) if mr.key == stag as u8 => Ok(mr),
         _ => Err(AccessError::InvalidStag),
     }
@@ -855,7 +903,7 @@ mod tests {
             0x1000,
             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
         );
-        assert!(stag >> 8 >= 1);
+        assert_ne!(stag >> 8, 0);
         t.write(stag, P1, 0x1010, b"abc", IBV_ACCESS_REMOTE_WRITE)
             .unwrap();
         assert_eq!(&buf[16..19], b"abc");
@@ -892,6 +940,29 @@ mod tests {
             t.write(stag, P1, 0x1000, b"x", 0),
             Err(AccessError::InvalidStag)
         );
+    }
+
+    /// STags are hard to predict (RFC 5040 section 8.1.1 rule 8): two tables
+    /// hand out other STags for the same registrations, none has index 0,
+    /// and a slot registered again gets another key.
+    #[test]
+    fn stags_are_hard_to_predict() {
+        let (a, b) = (MrTable::default(), MrTable::default());
+        let sa: Vec<u32> = (0..8)
+            .map(|_| a.register(1, 0x1000, 64, 0x1000, 0))
+            .collect();
+        let sb: Vec<u32> = (0..8)
+            .map(|_| b.register(1, 0x1000, 64, 0x1000, 0))
+            .collect();
+        assert_ne!(sa, sb);
+        assert!(sa.iter().chain(&sb).all(|s| s >> 8 != 0));
+        for &s in &sa {
+            assert_eq!(a.deregister(s), Ok(()));
+            let again = a.register(1, 0x1000, 64, 0x1000, 0);
+            assert_eq!(again >> 8, s >> 8, "the slot is reused");
+            assert_ne!(again, s, "with another key");
+            assert!(a.view(s).is_none(), "the old STag misses");
+        }
     }
 
     /// A peer may end a region enabled for remote access only if no other

@@ -385,8 +385,10 @@ fn commit_request(stag: u32, len: u32, to: u64, rest: &[u8]) -> Vec<u8> {
     b
 }
 
-/// The victim's only MR: the first STag of its context (index 1, key 1),
-/// registered by ibv_rc_pingpong with local write access only.
+/// What the victim's only MR (ibv_rc_pingpong's, local write access only)
+/// would be if STags were handed out in order: the first slot, the first key.
+/// They are not (RFC 5040 section 8.1.1 rule 8), so a peer that guesses
+/// this names no STag.
 const VICTIM_STAG: u32 = 0x101;
 
 #[test]
@@ -404,17 +406,18 @@ fn hostile_extension_frames_get_the_right_terminate() {
         },
         Some(Cause(0, 1, 0)),
     );
-    // Atomic Request outside the victim's MR (its tagged offsets are its
-    // virtual addresses): base or bounds violation.
+    // Atomic Request naming the STag an in-order provider would have given
+    // the victim's MR: STags are hard to predict, so it is an invalid STag.
+    // (Bounds and rights of atomics: the engine's receive tests.)
     case(
-        "atomic bounds",
+        "atomic on a guessed STag",
         true,
         |s, crc, _| {
             let body = atomic_request(0, VICTIM_STAG, 0);
             s.write_all(&fpdu(&untagged(1, 1, 0xa, 0, 1, 1, 0, &body), crc))
                 .unwrap()
         },
-        Some(Cause(0, 1, 1)),
+        Some(Cause(0, 1, 0)),
     );
     // The reserved AOpCode 1: unexpected operation.
     case(
@@ -494,16 +497,17 @@ fn hostile_extension_frames_get_the_right_terminate() {
         },
         Some(Cause(0, 1, 0)),
     );
-    // RDMA Flush beyond the end of the victim's MR: base or bounds violation.
+    // RDMA Flush naming the guessed STag: invalid STag. (Bounds of a Flush:
+    // the engine's receive tests.)
     case(
-        "flush bounds",
+        "flush on a guessed STag",
         true,
         |s, crc, _| {
             let body = commit_request(VICTIM_STAG, 64, 1 << 40, &2u32.to_be_bytes());
             s.write_all(&fpdu(&untagged(1, 1, 0xc, 0, 1, 1, 0, &body), crc))
                 .unwrap()
         },
-        Some(Cause(0, 1, 1)),
+        Some(Cause(0, 1, 0)),
     );
 }
 
