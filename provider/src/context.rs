@@ -326,11 +326,7 @@ impl Shared {
     }
 
     pub fn pd_has_qps(&self, pd: u32) -> bool {
-        self.qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .any(|q| q.pd() == pd)
+        self.pd_qp_count(pd) > 0
     }
 
     /// Trims idle QPs' buffers; true while some QP still holds large ones.

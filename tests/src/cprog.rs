@@ -15,8 +15,15 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// `tests/c/NAME.c`, built into `dir` once per test process.
-pub fn program(name: &str, dir: &Path) -> PathBuf {
+/// Where the programs are built.
+fn build_dir() -> PathBuf {
+    Path::new(REPO).join("target/xiw-c-tests")
+}
+
+/// `tests/c/NAME.c`, built once per test process.
+pub fn program(name: &str) -> PathBuf {
+    let dir = build_dir();
+    let dir = dir.as_path();
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let bin = dir.join(name);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -49,12 +56,11 @@ pub fn program(name: &str, dir: &Path) -> PathBuf {
     bin
 }
 
-/// Runs `tests/c/NAME.c` (built into `dir`) with `args` on the `lo` device;
-/// fails the test with its output unless it exits 0 within `limit`. Prints
-/// what it printed.
-pub fn run(name: &str, dir: &Path, args: &[&str], limit: Duration) {
+/// Runs `tests/c/NAME.c` with `args` on the `lo` device; fails the test
+/// with its output unless it exits 0 within `limit`. Prints what it printed.
+pub fn run(name: &str, args: &[&str], limit: Duration) {
     let dev = lo_device();
-    let mut c = dev.cmd(program(name, dir).to_str().unwrap());
+    let mut c = dev.cmd(program(name).to_str().unwrap());
     c.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -23,16 +23,10 @@
 //! gcc -O2 -o xiw_dm tests/c/xiw_dm.c -libverbs && ./xiw_dm
 //! ```
 
-use std::path::Path;
 use std::time::Duration;
 
-use xiw_tests::cprog;
+use xiw_tests::cprog::run;
 use xiw_tests::harness::serial;
-
-fn run(name: &str, args: &[&str], limit: Duration) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xiw-c-tests");
-    cprog::run(name, &dir, args, limit);
-}
 
 #[test]
 fn on_demand_paging() {

@@ -24,17 +24,10 @@
 //! gcc -O2 -pthread -o xiw_events tests/c/xiw_events.c -libverbs && ./xiw_events 40
 //! ```
 
-use std::path::Path;
 use std::time::Duration;
 
-use xiw_tests::cprog;
+use xiw_tests::cprog::run;
 use xiw_tests::harness::serial;
-
-/// Runs `tests/c/NAME.c` with `args` on the `lo` device (see `xiw_tests::cprog`).
-fn run(name: &str, args: &[&str], limit: Duration) {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xiw-c-tests");
-    cprog::run(name, &dir, args, limit);
-}
 
 #[test]
 fn qpex_many_threads_one_qp() {
