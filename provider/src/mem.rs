@@ -141,8 +141,6 @@ pub struct MrView {
     pub iova: u64,
     pub access: u32,
     pub hash: Option<Hash>,
-    /// A window, not a region.
-    pub window: bool,
     /// Windows bound to the region.
     pub windows: u32,
 }
@@ -156,7 +154,6 @@ impl Mr {
             iova: self.iova,
             access: self.access,
             hash: self.ext.as_ref().and_then(|e| e.hash),
-            window: self.window.is_some(),
             windows: self.windows,
         }
     }

@@ -12,41 +12,40 @@
 /// Copies `out.len()` bytes from this process's address `from` into `out`;
 /// false if any of them is not mapped readable.
 pub fn read(from: u64, out: &mut [u8]) -> bool {
-    if out.is_empty() {
-        return true;
-    }
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: out.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: from as *mut libc::c_void,
-        iov_len: out.len(),
-    };
-    // SAFETY: `local` is our own buffer; the kernel checks `remote` and
-    // fails on what is not mapped instead of faulting.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == out.len() as isize
+    transfer(out.as_mut_ptr(), out.len(), from, false)
 }
 
 /// Copies `data` to this process's address `to`; false if any of the bytes
 /// is not mapped writable (those before it may have been written).
 pub fn write(to: u64, data: &[u8]) -> bool {
-    if data.is_empty() {
+    transfer(data.as_ptr() as *mut u8, data.len(), to, true)
+}
+
+/// Moves `len` bytes between our buffer at `local` and this process's
+/// address `remote` through the kernel (to `remote` if `to_remote`).
+fn transfer(local: *mut u8, len: usize, remote: u64, to_remote: bool) -> bool {
+    if len == 0 {
         return true;
     }
-    let local = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
+    let l = libc::iovec {
+        iov_base: local.cast(),
+        iov_len: len,
     };
-    let remote = libc::iovec {
-        iov_base: to as *mut libc::c_void,
-        iov_len: data.len(),
+    let r = libc::iovec {
+        iov_base: remote as *mut libc::c_void,
+        iov_len: len,
     };
-    // SAFETY: the kernel only reads `local` (our own bytes) and checks
-    // `remote`, failing on what is not mapped writable instead of faulting.
-    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == data.len() as isize
+    // SAFETY: `local` is `len` bytes of the caller's own buffer (only read
+    // when writing to `remote`); the kernel checks `remote` and fails on what
+    // is not mapped (writable, if written) instead of faulting.
+    let n = unsafe {
+        if to_remote {
+            libc::process_vm_writev(libc::getpid(), &l, 1, &r, 1, 0)
+        } else {
+            libc::process_vm_readv(libc::getpid(), &l, 1, &r, 1, 0)
+        }
+    };
+    n == len as isize
 }
 
 /// Whether `[addr, addr+len)` is mapped now, and writable if `write`.

@@ -130,22 +130,37 @@ unsafe fn dm_range(dm: *mut ibv_dm, off: u64, len: usize) -> Option<*mut u8> {
         .then(|| unsafe { d.mem.add(off as usize) })
 }
 
+/// Copies `len` bytes between the caller's `host` and `[off, off+len)` of
+/// `dm` (into the device memory if `to_dm`); 0 or `EINVAL`.
+///
+/// # Safety
+/// `dm` is a device memory of this provider; `host` holds `len` bytes.
+unsafe fn copy(dm: *mut ibv_dm, off: u64, host: *mut u8, len: usize, to_dm: bool) -> i32 {
+    // SAFETY: per the contract.
+    match unsafe { dm_range(dm, off, len) } {
+        Some(at) if len == 0 || !host.is_null() => {
+            let (src, dst) = if to_dm {
+                (host as *const u8, at)
+            } else {
+                (at as *const u8, host)
+            };
+            // SAFETY: `len` bytes on each side: the caller's, and the range checked.
+            unsafe { ptr::copy_nonoverlapping(src, dst, len) };
+            0
+        }
+        _ => libc::EINVAL,
+    }
+}
+
 unsafe extern "C" fn memcpy_to_dm(
     dm: *mut ibv_dm,
     off: u64,
     host: *const libc::c_void,
     len: usize,
 ) -> i32 {
-    guard(libc::EIO, || {
-        // SAFETY: dm is ours, as libibverbs passes it.
-        match unsafe { dm_range(dm, off, len) } {
-            Some(at) if len == 0 || !host.is_null() => {
-                // SAFETY: the caller's `len` bytes into the range checked.
-                unsafe { ptr::copy_nonoverlapping(host.cast::<u8>(), at, len) };
-                0
-            }
-            _ => libc::EINVAL,
-        }
+    // SAFETY: libibverbs passes our device memory and the caller's buffer.
+    guard(libc::EIO, || unsafe {
+        copy(dm, off, host as *mut u8, len, true)
     })
 }
 
@@ -155,16 +170,9 @@ unsafe extern "C" fn memcpy_from_dm(
     off: u64,
     len: usize,
 ) -> i32 {
-    guard(libc::EIO, || {
-        // SAFETY: dm is ours, as libibverbs passes it.
-        match unsafe { dm_range(dm, off, len) } {
-            Some(at) if len == 0 || !host.is_null() => {
-                // SAFETY: the range checked into the caller's `len` bytes.
-                unsafe { ptr::copy_nonoverlapping(at, host.cast::<u8>(), len) };
-                0
-            }
-            _ => libc::EINVAL,
-        }
+    // SAFETY: as above.
+    guard(libc::EIO, || unsafe {
+        copy(dm, off, host.cast(), len, false)
     })
 }
 

@@ -490,25 +490,20 @@ pub(super) unsafe extern "C" fn advise_mr(
         };
         // Every SGE is checked before any page is brought in.
         let mut ranges = Vec::with_capacity(sges.len());
+        let by = mem::By { pd: p.id, qpn: 0 };
+        let needed = if write { IBV_ACCESS_LOCAL_WRITE } else { 0 };
         for s in sges {
-            let len = u64::from(s.length);
-            let Some(mr) = sh.mrs.view(s.lkey) else {
-                return libc::EINVAL;
-            };
-            let inside = s
-                .addr
-                .checked_sub(mr.iova)
-                .is_some_and(|off| off <= mr.len && len <= mr.len - off);
-            let needed = if write { IBV_ACCESS_LOCAL_WRITE } else { 0 };
-            if mr.pd != p.id
-                || mr.window
-                || mr.access & IBV_ACCESS_ON_DEMAND == 0
-                || mr.access & needed != needed
-                || !inside
-            {
-                return libc::EINVAL;
+            // The checks of a local access (key, PD, bounds, rights; a
+            // window's key is no local key); then it must be ODP memory.
+            let len = s.length as usize;
+            match sh
+                .mrs
+                .with_mr_allowed(s.lkey, by, s.addr, len, needed, u32::MAX, |host, mr| {
+                    (host, mr.odp())
+                }) {
+                Ok((host, true)) => ranges.push((host, len as u64)),
+                _ => return libc::EINVAL,
             }
-            ranges.push((mr.addr + (s.addr - mr.iova), len));
         }
         if advice == IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT {
             return 0;
