@@ -632,7 +632,7 @@ impl MrTable {
             // SAFETY: the range lies inside a registered MR (checked under the read lock,
             // which deregistration must wait for); registration is the owner's promise
             // that the memory stays mapped and writable while registered.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p as *mut u8, data.len()) };
+            unsafe { copy_to(p as *mut u8, data) };
             Ok(())
         })?
     }
@@ -685,7 +685,7 @@ impl MrTable {
                 } else {
                     // SAFETY: `len` bytes inside a registered MR, which stays
                     // registered while the reader lives.
-                    dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+                    unsafe { copy_to(dst.as_mut_ptr(), std::slice::from_raw_parts(src, len)) };
                 }
                 at += len;
             }
@@ -745,6 +745,7 @@ impl Reader<'_> {
     }
 
     /// As [`Reader::mem`], with the MR itself.
+    #[inline(always)]
     fn mr(
         &self,
         stag: u32,
@@ -799,6 +800,46 @@ impl Reader<'_> {
     }
 }
 
+/// Copies `src` to `dst`. The payloads of small messages are copied in
+/// line, by a pair of overlapping loads and stores, which costs less than a
+/// call to `memcpy` for them; longer ones through `memcpy`.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes of writes and does not overlap `src`.
+#[inline(always)]
+unsafe fn copy_to(dst: *mut u8, src: &[u8]) {
+    let (s, n) = (src.as_ptr(), src.len());
+    // SAFETY: every access lies inside the first `n` bytes of `s` and `dst`.
+    unsafe {
+        if n > 16 {
+            std::ptr::copy_nonoverlapping(s, dst, n);
+        } else if n >= 8 {
+            let (a, b) = (
+                s.cast::<u64>().read_unaligned(),
+                s.add(n - 8).cast::<u64>().read_unaligned(),
+            );
+            dst.cast::<u64>().write_unaligned(a);
+            dst.add(n - 8).cast::<u64>().write_unaligned(b);
+        } else if n >= 4 {
+            let (a, b) = (
+                s.cast::<u32>().read_unaligned(),
+                s.add(n - 4).cast::<u32>().read_unaligned(),
+            );
+            dst.cast::<u32>().write_unaligned(a);
+            dst.add(n - 4).cast::<u32>().write_unaligned(b);
+        } else if n >= 2 {
+            let (a, b) = (
+                s.cast::<u16>().read_unaligned(),
+                s.add(n - 2).cast::<u16>().read_unaligned(),
+            );
+            dst.cast::<u16>().write_unaligned(a);
+            dst.add(n - 2).cast::<u16>().write_unaligned(b);
+        } else if n == 1 {
+            *dst = *s;
+        }
+    }
+}
+
 /// Unbinds the window at `index`, if it is bound: it grants nothing, and its
 /// region may go.
 fn unbind(s: &mut Slots, index: usize) {
@@ -818,6 +859,7 @@ fn unbind(s: &mut Slots, index: usize) {
     }
 }
 
+#[inline(always)]
 fn lookup(s: &Slots, stag: u32) -> Result<&Mr, AccessError> {
     match s.mrs.get(s.slot_of(stag)) {
         Some(Some(mr)) if mr.key == stag as u8 => Ok(mr),

@@ -230,6 +230,7 @@ impl QpCore {
     }
 
     /// Next receive WQE for an incoming Send: from the SRQ or the QP's own RQ.
+    #[inline]
     pub fn take_recv(&self) -> Option<RecvJob> {
         match &self.srq {
             Some(srq) => {

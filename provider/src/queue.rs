@@ -198,6 +198,7 @@ pub fn post_recv_ring<'a>(
 }
 
 /// Takes the oldest receive WQE off a ring; the caller serialises consumers.
+#[inline]
 pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
     let c = ring.consumer();
     if ring.producer() == c {

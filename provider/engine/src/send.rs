@@ -20,6 +20,8 @@ use crate::wire::{atomic, commit, ddp, mpa, rdmap};
 pub const BATCH: usize = 256 * 1024;
 /// Zeros a short FPDU is laid out on.
 static ZEROS: [u8; 128] = [0; 128];
+/// FPDUs up to this size are laid out on a block of zeros of this size.
+const SHORT_FPDU: usize = 32;
 
 /// A framing buffer up to this size is kept when its QP goes idle.
 const TRIM_KEEP: usize = 16 * 1024;
@@ -1245,9 +1247,17 @@ impl<L: Clone + Default, P> Sender<L, P> {
         let end = at + len + mpa::pad_len(hlen + len);
         // Appending from zeros costs less than a resize for the short
         // FPDUs of small messages.
-        match ZEROS.get(..end + mpa::CRC_LEN - start) {
-            Some(z) => self.buf.extend_from_slice(z),
-            None => self.buf.resize(end + mpa::CRC_LEN, 0),
+        // The FPDU of a message of a few bytes takes a fixed-size block of
+        // zeros, which is copied in line, cut to its length.
+        let n = end + mpa::CRC_LEN - start;
+        if n <= SHORT_FPDU {
+            self.buf.extend_from_slice(&ZEROS[..SHORT_FPDU]);
+            self.buf.truncate(start + n);
+        } else {
+            match ZEROS.get(..n) {
+                Some(z) => self.buf.extend_from_slice(z),
+                None => self.buf.resize(end + mpa::CRC_LEN, 0),
+            }
         }
         if let Err(e) = fill(&mut self.buf[at..at + len]) {
             self.buf.truncate(start);

@@ -307,6 +307,7 @@ impl HeaderRepr {
     /// wants its own Terminate for it. `BadVersion` is returned only for
     /// that, with at least the first octet present, so [`is_tagged`] tells
     /// which of the two version error codes applies.
+    #[inline]
     pub fn parse(ulpdu: &[u8]) -> Result<(HeaderRepr, usize)> {
         let ctrl = *ulpdu.first().ok_or(Error::Truncated)?;
         let tagged = ctrl & FLAG_TAGGED != 0;
@@ -348,6 +349,7 @@ impl HeaderRepr {
 
     /// Writes the header at the start of `buf` (at least `buffer_len()`
     /// bytes) and returns its length, i.e. where the payload goes.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8]) -> usize {
         match self.kind {
             Kind::Tagged { stag, to } => {

@@ -571,6 +571,7 @@ pub fn check_fpdu(fpdu: &[u8], crc_enabled: bool) -> Result<&[u8]> {
 }
 
 /// [`check_fpdu`], with the CRC (if any) computed by `crc`.
+#[inline]
 pub fn check_fpdu_with(fpdu: &[u8], crc: Option<Crc32c>) -> Result<&[u8]> {
     let total = peek_fpdu_len(fpdu).ok_or(Error::Truncated)?;
     if fpdu.len() < total {
