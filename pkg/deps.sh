@@ -9,7 +9,12 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # test suite (python3-pyverbs), debootstrap for the chroots of other Debian
 # releases whose rdma-core the provider is tested against (pkg/chroot.sh).
 # The xiwdv example is built with gcc and pkg-config, above.
-XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base python3-pyverbs debootstrap)
+# Kernel mode (tests/vm/): make, gcc-12 (through gcc), libelf1, libssl3 and
+# zlib for the kernel's build tools, kmod (depmod), xz-utils, cpio and
+# busybox-static for the guest's initramfs, qemu to boot it, perl for
+# checkpatch.pl.
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base python3-pyverbs debootstrap
+    make libelf1 libssl3 zlib1g kmod xz-utils cpio busybox-static qemu-system-x86 perl)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;
 # touches apt not at all when everything is present.

@@ -23,6 +23,22 @@ typedef uint32_t __u32;
 typedef uint64_t __u64;
 #endif
 
+/* The device's identity and limits (abi/src/limits.rs). */
+#define XIW_KERNEL_DRIVER_ID	0x7869u
+#define XIW_UVERBS_ABI_VERSION	1u
+#define XIW_VENDOR_ID		0x787769u
+#define XIW_VENDOR_PART_ID	1u
+#define XIW_MAX_QP		16384u
+#define XIW_MAX_QP_WR		16384u
+#define XIW_MAX_SGE		16u
+#define XIW_MAX_INLINE		256u
+#define XIW_MAX_CQE		(1u << 20)
+#define XIW_MAX_MR		(1u << 24)
+#define XIW_MAX_SRQ		16384u
+#define XIW_MAX_PD		65536u
+#define XIW_MAX_MSG_SZ		(1u << 31)
+#define XIW_MAX_RD_ATOMIC	128u
+
 #define XIW_RING_MAGIC		0x78697752u	/* "xiwR" */
 #define XIW_RING_VERSION	1u
 

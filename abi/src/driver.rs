@@ -576,6 +576,32 @@ pub mod private {
         driver_id: u32,
     ) -> *mut c_void;
 
+    /// Makes the kernel's context for a device a kernel driver registered
+    /// (the `GET_CONTEXT` command on the context's command fd). Private ABI
+    /// 65 added the `fd_arr` argument (file descriptors to pass along; none
+    /// here).
+    pub const CMD_GET_CONTEXT: &core::ffi::CStr = c"ibv_cmd_get_context";
+    pub type CmdGetContext34 = unsafe extern "C" fn(
+        context: *mut verbs_context,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        resp: *mut c_void,
+        resp_size: usize,
+    ) -> c_int;
+    pub type CmdGetContext65 = unsafe extern "C" fn(
+        context: *mut verbs_context,
+        cmd: *mut c_void,
+        cmd_size: usize,
+        fd_arr: *mut c_void,
+        resp: *mut c_void,
+        resp_size: usize,
+    ) -> c_int;
+    /// `struct ibv_get_context` without driver data: the command header
+    /// (`ib_uverbs_cmd_hdr`) and the response pointer.
+    pub const GET_CONTEXT_CMD_SIZE: usize = 16;
+    /// `struct ib_uverbs_get_context_resp`: async_fd and num_comp_vectors.
+    pub const GET_CONTEXT_RESP_SIZE: usize = 8;
+
     pub const UNINIT_CONTEXT: &core::ffi::CStr = c"verbs_uninit_context";
     pub type UninitContext = unsafe extern "C" fn(context: *mut verbs_context);
 

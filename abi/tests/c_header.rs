@@ -5,6 +5,7 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
+use xiw_abi::limits;
 use xiw_abi::ring::*;
 
 macro_rules! fields {
@@ -66,6 +67,20 @@ fn c_header_matches_rust_layout() {
         checks.push((format!("sizeof({c})"), n as u64));
     }
     let consts: &[(&str, u64)] = &[
+        ("XIW_KERNEL_DRIVER_ID", limits::DRIVER_ID as u64),
+        ("XIW_UVERBS_ABI_VERSION", limits::UVERBS_ABI_VERSION as u64),
+        ("XIW_VENDOR_ID", limits::VENDOR_ID as u64),
+        ("XIW_VENDOR_PART_ID", limits::VENDOR_PART_ID as u64),
+        ("XIW_MAX_QP", limits::MAX_QP as u64),
+        ("XIW_MAX_QP_WR", limits::MAX_QP_WR as u64),
+        ("XIW_MAX_SGE", limits::MAX_SGE as u64),
+        ("XIW_MAX_INLINE", limits::MAX_INLINE as u64),
+        ("XIW_MAX_CQE", limits::MAX_CQE as u64),
+        ("XIW_MAX_MR", limits::MAX_MR as u64),
+        ("XIW_MAX_SRQ", limits::MAX_SRQ as u64),
+        ("XIW_MAX_PD", limits::MAX_PD as u64),
+        ("XIW_MAX_MSG_SZ", limits::MAX_MSG_SZ as u64),
+        ("XIW_MAX_RD_ATOMIC", limits::MAX_RD_ATOMIC as u64),
         ("XIW_RING_MAGIC", RING_MAGIC as u64),
         ("XIW_RING_VERSION", RING_VERSION as u64),
         ("XIW_RING_KIND_SQ", RING_KIND_SQ as u64),

@@ -15,14 +15,25 @@ use crate::devinfo::DeviceInfo;
 use crate::libibverbs;
 use crate::verbs::{self, XiwContext};
 
-/// `uverbsN/abi_version` that `xiw up` writes; a kernel shim will answer the same.
-pub const UVERBS_ABI: u32 = 1;
+/// `uverbsN/abi_version` that `xiw up` writes and the kernel module reports.
+pub use xiw_abi::limits::UVERBS_ABI_VERSION as UVERBS_ABI;
 
-struct MatchTable([verbs_match_ent; 2]);
+struct MatchTable([verbs_match_ent; 3]);
 // SAFETY: immutable static data pointing at static strings.
 unsafe impl Sync for MatchTable {}
 
+/// Devices the kernel module registered carry xiw's driver id; those `xiw
+/// up` describes (standalone mode) are matched by name.
 static MATCH: MatchTable = MatchTable([
+    verbs_match_ent {
+        driver_data: ptr::null_mut(),
+        u: verbs_match_ent_u {
+            driver_id: xiw_abi::limits::DRIVER_ID as u64,
+        },
+        vendor: 0,
+        device: 0,
+        kind: VERBS_MATCH_DRIVER_ID,
+    },
     verbs_match_ent {
         driver_data: ptr::null_mut(),
         u: verbs_match_ent_u {
@@ -106,12 +117,18 @@ unsafe extern "C" fn alloc_context(
         let path = unsafe { CStr::from_ptr((*dev).ibdev_path.as_ptr()) }
             .to_string_lossy()
             .into_owned();
-        let info = match DeviceInfo::load(std::path::Path::new(&path)) {
+        let dir = std::path::Path::new(&path);
+        // A device `xiw up` described, or one the kernel module registered.
+        let kernel = !DeviceInfo::is_standalone(dir);
+        let info = if kernel {
+            DeviceInfo::from_kernel(dir)
+        } else {
+            DeviceInfo::load(dir).map_err(|e| format!("{e} (run `xiw up`)"))
+        };
+        let info = match info {
             Ok(i) => i,
             Err(e) => {
-                eprintln!(
-                    "xiw: cannot read the device description under {path}: {e} (run `xiw up`)"
-                );
+                eprintln!("xiw: cannot use the device at {path}: {e}");
                 return ptr::null_mut();
             }
         };
@@ -126,12 +143,35 @@ unsafe extern "C" fn alloc_context(
         // SAFETY: libibverbs allocates size_of::<XiwContext>() zeroed bytes with its
         // verbs_context at `offset`, and initialises it.
         let ctx = unsafe {
-            (lib.init_and_alloc_context)(dev, cmd_fd, std::mem::size_of::<XiwContext>(), offset, 0)
+            (lib.init_and_alloc_context)(
+                dev,
+                cmd_fd,
+                std::mem::size_of::<XiwContext>(),
+                offset,
+                xiw_abi::limits::DRIVER_ID,
+            )
         } as *mut XiwContext;
         if ctx.is_null() {
             return ptr::null_mut();
         }
         let vctx = XiwContext::release_vctx(ctx, layout);
+        // The kernel's context for the device comes first: the RDMA core
+        // holds the device for as long as it lives.
+        if kernel {
+            // SAFETY: vctx was just made on the device's command fd.
+            if let Err(e) = unsafe { lib.get_context(vctx) } {
+                eprintln!(
+                    "xiw: {}: the kernel refused a context: errno {e}",
+                    info.ibdev
+                );
+                // SAFETY: undo _verbs_init_and_alloc_context.
+                unsafe {
+                    (lib.uninit_context)(vctx);
+                    libc::free(ctx as *mut libc::c_void);
+                }
+                return ptr::null_mut();
+            }
+        }
         let (sh, async_r) = match Shared::new(info, Config::from_env()) {
             Ok(v) => v,
             Err(e) => {

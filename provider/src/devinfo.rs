@@ -100,6 +100,47 @@ impl DeviceInfo {
         })
     }
 
+    /// Whether `ibdev_path` is a device `xiw up` described (standalone mode)
+    /// rather than one the kernel module registered.
+    pub fn is_standalone(ibdev_path: &Path) -> bool {
+        ibdev_path.join(CONFIG_FILE).exists()
+    }
+
+    /// Reads a device the kernel module registered, at `ibdev_path`
+    /// (`/sys/class/infiniband/<ibdev>`): the netdev it is bound to, and that
+    /// netdev's address, MTU and hardware address in this network namespace.
+    pub fn from_kernel(ibdev_path: &Path) -> Result<DeviceInfo, String> {
+        let ibdev = ibdev_path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| format!("{}: not a device directory", ibdev_path.display()))?;
+        let read = |rel: &str| {
+            let p = ibdev_path.join(rel);
+            fs::read_to_string(&p)
+                .map(|s| s.trim().to_string())
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        // The port's GID is the netdev's hardware address: the netdev is the
+        // one that has it (the RDMA core keeps no netdev with an iWARP GID).
+        let gid = read("ports/1/gids/0")?;
+        let gid = parse_gid(&gid).ok_or_else(|| format!("{ibdev}: bad GID {gid:?}"))?;
+        let netdev = netdev_with_mac(&gid[..6]).map_err(|e| format!("{ibdev}: {e}"))?;
+        let node_guid = read("node_guid")?;
+        let node_guid = parse_guid(&node_guid)
+            .ok_or_else(|| format!("{ibdev}: bad node_guid {node_guid:?}"))?;
+        let n = crate::netdev::lookup_netdev(&netdev).map_err(|e| format!("{ibdev}: {e}"))?;
+        Ok(DeviceInfo {
+            ibdev: ibdev.to_string(),
+            netdev,
+            ifindex: n.ifindex,
+            addr: n.addr,
+            gid: gid_from_addr(n.addr),
+            mtu: n.mtu,
+            mac: n.mac,
+            node_guid,
+        })
+    }
+
     /// Parses the contents of an `xiw_config` file. Unknown keys are ignored
     /// so a newer CLI can add some without breaking an older provider.
     pub fn from_config(ibdev: &str, text: &str) -> Result<DeviceInfo, String> {
@@ -154,6 +195,29 @@ impl DeviceInfo {
         let _ = writeln!(s, "mac={}", format_mac(&self.mac));
         let _ = writeln!(s, "node_guid={}", format_guid(self.node_guid));
         s
+    }
+}
+
+/// The one network interface (in this network namespace) whose hardware
+/// address is `mac`.
+fn netdev_with_mac(mac: &[u8]) -> Result<String, String> {
+    let want = format_mac(mac.try_into().map_err(|_| "short hardware address")?);
+    let mut found: Vec<String> = fs::read_dir("/sys/class/net")
+        .map_err(|e| format!("/sys/class/net: {e}"))?
+        .filter_map(|e| e.ok())
+        .filter(|e| fs::read_to_string(e.path().join("address")).is_ok_and(|a| a.trim() == want))
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    found.sort();
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => Err(format!(
+            "no network interface has the port's address {want}"
+        )),
+        _ => Err(format!(
+            "network interfaces {} share the port's address {want}: cannot tell which",
+            found.join(", ")
+        )),
     }
 }
 

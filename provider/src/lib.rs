@@ -19,6 +19,7 @@ pub mod libibverbs;
 pub mod log;
 pub mod maps;
 pub mod mem;
+pub mod netdev;
 pub mod odp;
 pub mod persist;
 pub mod progress;

@@ -7,7 +7,8 @@ use std::mem::size_of;
 use std::sync::OnceLock;
 
 use xiw_abi::driver::private::{
-    self as p, InitAndAllocContext, Log, RegisterDriver, SetOps, UninitContext,
+    self as p, CmdGetContext34, CmdGetContext65, InitAndAllocContext, Log, RegisterDriver, SetOps,
+    UninitContext,
 };
 use xiw_abi::driver::*;
 
@@ -18,6 +19,40 @@ pub struct Private {
     pub uninit_context: UninitContext,
     pub set_ops: SetOps,
     pub log: Log,
+    get_context: GetContext,
+}
+
+/// `ibv_cmd_get_context` as the private ABI in use declares it.
+#[derive(Clone, Copy)]
+enum GetContext {
+    V34(CmdGetContext34),
+    V65(CmdGetContext65),
+}
+
+impl Private {
+    /// Asks the kernel for its context of the device behind `vctx` (a device
+    /// the kernel module registered); the errno on failure.
+    ///
+    /// # Safety
+    /// `vctx` was just made by `init_and_alloc_context` on the device's command fd.
+    pub unsafe fn get_context(&self, vctx: *mut xiw_abi::verbs::verbs_context) -> Result<(), i32> {
+        let mut cmd = [0u64; p::GET_CONTEXT_CMD_SIZE / 8];
+        let mut resp = [0u64; p::GET_CONTEXT_RESP_SIZE / 8];
+        let (c, r) = (cmd.as_mut_ptr().cast(), resp.as_mut_ptr().cast());
+        let (cs, rs) = (p::GET_CONTEXT_CMD_SIZE, p::GET_CONTEXT_RESP_SIZE);
+        // SAFETY: buffers of the sizes given, as the helper's type says.
+        let rc = unsafe {
+            match self.get_context {
+                GetContext::V34(f) => f(vctx, c, cs, r, rs),
+                GetContext::V65(f) => f(vctx, c, cs, std::ptr::null_mut(), r, rs),
+            }
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(rc)
+        }
+    }
 }
 
 /// Whether this process has libibverbs loaded at all (the `xiw` command,
@@ -127,6 +162,11 @@ fn find() -> Result<Found, String> {
                 uninit_context: lib.helper::<UninitContext>(p::UNINIT_CONTEXT, abi)?,
                 set_ops: lib.helper::<SetOps>(p::SET_OPS, abi)?,
                 log: lib.helper::<Log>(p::LOG, abi)?,
+                get_context: if abi >= 65 {
+                    GetContext::V65(lib.helper(p::CMD_GET_CONTEXT, abi)?)
+                } else {
+                    GetContext::V34(lib.helper(p::CMD_GET_CONTEXT, abi)?)
+                },
             })
         })()
     }

@@ -16,11 +16,8 @@ use crate::cq::Cq;
 use crate::queue::{post_recv_ring, take_recv_ring, RecvJob, Ring};
 use crate::srq::Srq;
 
-pub const MAX_QP_WR: u32 = 16384;
 pub use crate::queue::MAX_SGE;
-pub const MAX_INLINE: u32 = 256;
-/// IRD/ORD limit (RFC 6581 allows 14 bits; this is what xiw provisions).
-pub const MAX_RD_ATOMIC: u32 = 128;
+pub use xiw_abi::limits::{MAX_INLINE, MAX_QP_WR, MAX_RD_ATOMIC};
 /// `IBV_WC_FLUSH` of rdma-core 45 and later (absent from 44's verbs.h).
 pub const WC_FLUSH: u32 = 8;
 

@@ -11,8 +11,7 @@ use std::sync::atomic::Ordering;
 use memmap2::MmapMut;
 use xiw_abi::ring::*;
 
-/// SGEs per work request.
-pub const MAX_SGE: u32 = 16;
+pub use xiw_abi::limits::MAX_SGE;
 
 pub struct Ring {
     map: MmapMut,

@@ -25,16 +25,11 @@ use crate::qp::{Caps, InlineBytes, Qp, SendBody, SgeList};
 use crate::qpcore::QpCore;
 use crate::srq::Srq;
 
-pub const MAX_CQE: u32 = 1 << 20;
+pub use xiw_abi::limits::{
+    MAX_CQE, MAX_MR, MAX_MSG_SZ, MAX_PD, MAX_QP, MAX_SRQ, VENDOR_ID, VENDOR_PART_ID,
+};
 /// Completion vectors a context reports: one (a CQ's comp_vector must be 0).
 pub const COMP_VECTORS: i32 = 1;
-pub const MAX_QP: u32 = 16384;
-pub const MAX_MR: u32 = 1 << 24;
-pub const MAX_SRQ: u32 = 16384;
-pub const MAX_PD: u32 = 65536;
-pub const MAX_MSG_SZ: u32 = 1 << 31;
-pub const VENDOR_ID: u32 = 0x787769; // "xwi"
-pub const VENDOR_PART_ID: u32 = 1;
 
 pub(crate) fn set_errno(e: i32) {
     // SAFETY: errno is thread-local.

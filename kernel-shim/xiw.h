@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * xiw: the kernel side of the xiw software iWARP device.
+ *
+ * The module registers xiw devices with the RDMA core, so that discovery,
+ * completion channels and the connection manager work for unmodified
+ * programs. It has no data path of its own: the provider in user space runs
+ * the protocol over the connected socket.
+ */
+#ifndef XIW_H
+#define XIW_H
+
+#include <linux/netdevice.h>
+#include <rdma/ib_verbs.h>
+
+#include "xiw_abi.h"
+
+#define XIW_DRIVER_ID ((enum rdma_driver_id)XIW_KERNEL_DRIVER_ID)
+
+struct xiw_device {
+	struct ib_device ibdev;
+	/* The netdev the device is bound to (a reference is held by the core). */
+	struct net_device *ndev;
+	atomic_t num_ctx;
+	atomic_t num_pd;
+	atomic_t num_cq;
+	atomic_t num_qp;
+};
+
+struct xiw_ucontext {
+	struct ib_ucontext base;
+};
+
+struct xiw_pd {
+	struct ib_pd base;
+};
+
+struct xiw_cq {
+	struct ib_cq base;
+};
+
+struct xiw_qp {
+	struct ib_qp base;
+};
+
+static inline struct xiw_device *to_xdev(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct xiw_device, ibdev);
+}
+
+/* xiw_verbs.c */
+extern const struct ib_device_ops xiw_device_ops;
+
+#endif /* XIW_H */

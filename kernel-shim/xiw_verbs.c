@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * xiw: the device's verbs as the RDMA core sees them. The data path lives in
+ * the provider; kernel consumers get -EOPNOTSUPP for it.
+ */
+
+#include <linux/module.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/ib_user_ioctl_verbs.h>
+
+#include "xiw.h"
+
+static int xiw_query_device(struct ib_device *ibdev,
+			    struct ib_device_attr *attr,
+			    struct ib_udata *udata)
+{
+	if (udata->inlen || udata->outlen)
+		return -EINVAL;
+
+	memset(attr, 0, sizeof(*attr));
+	attr->vendor_id = XIW_VENDOR_ID;
+	attr->vendor_part_id = XIW_VENDOR_PART_ID;
+	attr->sys_image_guid = ibdev->node_guid;
+	attr->max_mr_size = ~0ull >> 1;
+	attr->page_size_cap = PAGE_SIZE;
+	attr->max_qp = XIW_MAX_QP;
+	attr->max_qp_wr = XIW_MAX_QP_WR;
+	attr->max_send_sge = XIW_MAX_SGE;
+	attr->max_recv_sge = XIW_MAX_SGE;
+	attr->max_sge_rd = XIW_MAX_SGE;
+	attr->max_cq = XIW_MAX_QP * 2;
+	attr->max_cqe = XIW_MAX_CQE;
+	attr->max_mr = XIW_MAX_MR;
+	attr->max_pd = XIW_MAX_PD;
+	attr->max_qp_rd_atom = XIW_MAX_RD_ATOMIC;
+	attr->max_qp_init_rd_atom = XIW_MAX_RD_ATOMIC;
+	attr->max_res_rd_atom = XIW_MAX_QP * XIW_MAX_RD_ATOMIC;
+	attr->max_srq = XIW_MAX_SRQ;
+	attr->max_srq_wr = XIW_MAX_QP_WR;
+	attr->max_srq_sge = XIW_MAX_SGE;
+	/* `rdma link delete` may remove the device. */
+	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
+	return 0;
+}
+
+static int xiw_query_port(struct ib_device *ibdev, u32 port,
+			  struct ib_port_attr *attr)
+{
+	struct xiw_device *xdev = to_xdev(ibdev);
+	struct net_device *ndev = xdev->ndev;
+	bool up = netif_running(ndev) && netif_carrier_ok(ndev);
+
+	memset(attr, 0, sizeof(*attr));
+	attr->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+	attr->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP :
+				IB_PORT_PHYS_STATE_DISABLED;
+	attr->max_mtu = ib_mtu_int_to_enum(ndev->mtu);
+	attr->active_mtu = attr->max_mtu;
+	attr->phys_mtu = ndev->mtu;
+	attr->gid_tbl_len = 1;
+	attr->port_cap_flags = IB_UVERBS_PCF_CM_SUP | IB_UVERBS_PCF_DEVICE_MGMT_SUP;
+	attr->max_msg_sz = XIW_MAX_MSG_SZ;
+	attr->pkey_tbl_len = 1;
+	attr->active_width = IB_WIDTH_1X;
+	attr->active_speed = IB_SPEED_QDR;
+	return 0;
+}
+
+static int xiw_get_port_immutable(struct ib_device *ibdev, u32 port,
+				  struct ib_port_immutable *imm)
+{
+	struct ib_port_attr attr;
+	int rv;
+
+	rv = ib_query_port(ibdev, port, &attr);
+	if (rv)
+		return rv;
+	imm->gid_tbl_len = attr.gid_tbl_len;
+	imm->pkey_tbl_len = attr.pkey_tbl_len;
+	imm->core_cap_flags = RDMA_CORE_PORT_IWARP;
+	return 0;
+}
+
+/*
+ * An iWARP port's GID is the netdev's hardware address, which is what the
+ * connection manager looks a device up by.
+ */
+static int xiw_query_gid(struct ib_device *ibdev, u32 port, int index,
+			 union ib_gid *gid)
+{
+	struct xiw_device *xdev = to_xdev(ibdev);
+
+	if (index != 0)
+		return -EINVAL;
+	memset(gid, 0, sizeof(*gid));
+	memcpy(gid->raw, xdev->ndev->dev_addr,
+	       min_t(unsigned int, xdev->ndev->addr_len, ETH_ALEN));
+	return 0;
+}
+
+static int xiw_query_pkey(struct ib_device *ibdev, u32 port, u16 index,
+			  u16 *pkey)
+{
+	if (index != 0)
+		return -EINVAL;
+	*pkey = 0xffff;
+	return 0;
+}
+
+static int xiw_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata)
+{
+	struct xiw_device *xdev = to_xdev(uctx->device);
+
+	atomic_inc(&xdev->num_ctx);
+	return 0;
+}
+
+static void xiw_dealloc_ucontext(struct ib_ucontext *uctx)
+{
+	struct xiw_device *xdev = to_xdev(uctx->device);
+
+	atomic_dec(&xdev->num_ctx);
+}
+
+static int xiw_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
+{
+	struct xiw_device *xdev = to_xdev(pd->device);
+
+	if (atomic_inc_return(&xdev->num_pd) > XIW_MAX_PD) {
+		atomic_dec(&xdev->num_pd);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int xiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
+{
+	struct xiw_device *xdev = to_xdev(pd->device);
+
+	atomic_dec(&xdev->num_pd);
+	return 0;
+}
+
+/*
+ * Queues, completion queues and memory live in the provider; kernel
+ * consumers cannot have them.
+ */
+static int xiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
+			 struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static int xiw_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static int xiw_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr,
+			 struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static int xiw_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr,
+			 int mask, struct ib_udata *udata)
+{
+	return -EOPNOTSUPP;
+}
+
+static int xiw_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
+{
+	return 0;
+}
+
+static int xiw_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+			 const struct ib_send_wr **bad)
+{
+	*bad = wr;
+	return -EOPNOTSUPP;
+}
+
+static int xiw_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
+			 const struct ib_recv_wr **bad)
+{
+	*bad = wr;
+	return -EOPNOTSUPP;
+}
+
+static int xiw_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc)
+{
+	return -EOPNOTSUPP;
+}
+
+static int xiw_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+	return -EOPNOTSUPP;
+}
+
+static struct ib_mr *xiw_get_dma_mr(struct ib_pd *pd, int access)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
+				     u64 iova, int access,
+				     struct ib_udata *udata)
+{
+	return ERR_PTR(-EOPNOTSUPP);
+}
+
+static int xiw_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
+{
+	return 0;
+}
+
+/*
+ * The last reference to an unregistered device is gone: the core frees it
+ * (and drops its netdev) right after this.
+ */
+static void xiw_dealloc_driver(struct ib_device *ibdev)
+{
+	struct xiw_device *xdev = to_xdev(ibdev);
+
+	WARN_ON(atomic_read(&xdev->num_ctx) || atomic_read(&xdev->num_pd));
+}
+
+const struct ib_device_ops xiw_device_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = XIW_DRIVER_ID,
+	.uverbs_abi_ver = XIW_UVERBS_ABI_VERSION,
+
+	.alloc_pd = xiw_alloc_pd,
+	.alloc_ucontext = xiw_alloc_ucontext,
+	.create_cq = xiw_create_cq,
+	.create_qp = xiw_create_qp,
+	.dealloc_driver = xiw_dealloc_driver,
+	.dealloc_pd = xiw_dealloc_pd,
+	.dealloc_ucontext = xiw_dealloc_ucontext,
+	.dereg_mr = xiw_dereg_mr,
+	.destroy_cq = xiw_destroy_cq,
+	.destroy_qp = xiw_destroy_qp,
+	.get_dma_mr = xiw_get_dma_mr,
+	.get_port_immutable = xiw_get_port_immutable,
+	.modify_qp = xiw_modify_qp,
+	.poll_cq = xiw_poll_cq,
+	.post_recv = xiw_post_recv,
+	.post_send = xiw_post_send,
+	.query_device = xiw_query_device,
+	.query_gid = xiw_query_gid,
+	.query_pkey = xiw_query_pkey,
+	.query_port = xiw_query_port,
+	.reg_user_mr = xiw_reg_user_mr,
+	.req_notify_cq = xiw_req_notify_cq,
+
+	INIT_RDMA_OBJ_SIZE(ib_cq, xiw_cq, base),
+	INIT_RDMA_OBJ_SIZE(ib_pd, xiw_pd, base),
+	INIT_RDMA_OBJ_SIZE(ib_qp, xiw_qp, base),
+	INIT_RDMA_OBJ_SIZE(ib_ucontext, xiw_ucontext, base),
+};

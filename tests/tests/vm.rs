@@ -1,0 +1,106 @@
+//! Kernel mode: the xiw kernel module (`kernel-shim/`) in Debian's own
+//! kernel, booted under qemu by `tests/vm/run.sh` with the installed
+//! provider and unmodified rdma-core tools in the guest.
+//!
+//! Each guest script (`tests/vm/guest/`) prints `ok: CHECK` or `FAIL: CHECK`
+//! for every check and exits with the number of failures; a warning or oops
+//! in the guest kernel's log fails the run too.
+//!
+//! By hand (after `pkg/install.sh`):
+//!
+//! ```text
+//! bash tests/vm/run.sh tests/vm/guest/device.sh
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use xiw_tests::harness::serial;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate sits in the repository")
+        .to_path_buf()
+}
+
+/// The unpacked Debian kernel (`tests/vm/kernel.sh`).
+fn kernel_root() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo().join("tests/vm/kernel.sh"))
+        .output()
+        .expect("running tests/vm/kernel.sh");
+    assert!(
+        out.status.success(),
+        "tests/vm/kernel.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// Boots the guest with `script` and checks that every one of its checks
+/// passed.
+fn guest(script: &str) -> String {
+    let path = repo().join("tests/vm/guest").join(script);
+    let checks = std::fs::read_to_string(&path)
+        .expect("reading the guest script")
+        .lines()
+        .filter(|l| l.trim_start().starts_with("check \""))
+        .count();
+    let out = Command::new("bash")
+        .arg(repo().join("tests/vm/run.sh"))
+        .arg(&path)
+        .output()
+        .expect("running tests/vm/run.sh");
+    let console = String::from_utf8_lossy(&out.stdout).into_owned();
+    let failed: Vec<&str> = console
+        .lines()
+        .filter(|l| l.starts_with("FAIL: "))
+        .collect();
+    let passed = console.lines().filter(|l| l.starts_with("ok: ")).count();
+    assert!(
+        out.status.success() && failed.is_empty() && passed == checks,
+        "guest {script}: exit {:?}, {passed} of {checks} checks passed, failed: {failed:?}\n\
+         --- console ---\n{console}\n--- run.sh ---\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    console
+}
+
+#[test]
+fn the_module_is_checkpatch_clean() {
+    let root = kernel_root();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("kernel-shim"))
+        .expect("kernel-shim/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "c" || x == "h"))
+        // Not what a build in the tree generates.
+        .filter(|p| !p.to_string_lossy().ends_with(".mod.c"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let out = Command::new("perl")
+        .arg(root.join("src/scripts/checkpatch.pl"))
+        .args(["--no-tree", "--strict", "--terse", "-f"])
+        .args(&files)
+        .output()
+        .expect("running checkpatch.pl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.trim().is_empty(),
+        "checkpatch.pl --strict on {} files:\n{text}{}",
+        files.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `rdma link add/show/delete`, the port following its netdev, the
+/// netdev's hardware address as GID, `ibv_devices` and `ibv_devinfo`
+/// opening the device through the kernel, removal with the netdev and
+/// `rmmod` with a device present.
+#[test]
+fn a_device_is_added_seen_and_removed_in_the_guest() {
+    let _g = serial();
+    guest("device.sh");
+}

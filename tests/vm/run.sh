@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Boots Debian's own kernel under qemu (TCG) with xiw.ko and the installed
+# provider, runs a test script inside the guest and prints the guest's
+# console. Exits with the script's exit status (or 124 if the guest did not
+# finish in time).
+#
+# usage: tests/vm/run.sh GUEST_SCRIPT [FILE...]
+#   GUEST_SCRIPT  a busybox sh script, run in the guest as /test.sh with
+#                 xiw.ko and the RDMA core modules loaded, dummy0 up at
+#                 10.77.0.1/24 and lo up
+#   FILE...       extra host files the script needs, copied to the same path
+#                 (with the libraries they link against)
+#
+# The provider must be installed on the host first (pkg/install.sh): the
+# guest gets the same files. Environment: XIW_VM_TIMEOUT (seconds, default
+# 600), XIW_VM_KEEP=1 keeps the work directory.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+script=${1:?usage: run.sh GUEST_SCRIPT [FILE...]}
+shift
+
+root=$(bash "$repo/tests/vm/kernel.sh" bookworm)
+kver=$(basename "$root")
+modroot=$root/lib/modules/$kver
+
+work=$(mktemp -d /tmp/xiw-vm.XXXXXX)
+if [[ ${XIW_VM_KEEP:-0} != 1 ]]; then
+    trap 'rm -rf "$work"' EXIT
+fi
+
+# The module, built against the guest kernel's headers (out of the source
+# tree, which stays clean).
+mkdir -p "$work/build"
+cp "$repo"/kernel-shim/{Kbuild,Makefile,*.c,*.h} "$work/build/"
+mkdir -p "$work/abi/include"
+cp "$repo/abi/include/xiw_abi.h" "$work/abi/include/"
+make -s -C "$root/usr/src/linux-headers-$kver" M="$work/build" modules >&2
+
+ir=$work/initrd
+mkdir -p "$ir"/{bin,dev,proc,sys,tmp,run,etc,lib64}
+
+# Modules: the RDMA core and its dependencies, in load order, then xiw.
+declare -A loaded=()
+order=()
+deps_of() {
+    awk -v m="$1" -F': *' '$1 == m { print $2 }' "$modroot/modules.dep"
+}
+want() {
+    local m=$1 d
+    [[ -n ${loaded[$m]:-} ]] && return
+    loaded[$m]=1
+    for d in $(deps_of "$m"); do
+        want "$d"
+    done
+    order+=("$m")
+}
+for m in ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm dummy; do
+    path=$(awk -F: -v m="$m" '{ n = $1; sub(/.*\//, "", n); sub(/\.ko$/, "", n) } n == m { print $1; exit }' "$modroot/modules.dep")
+    [[ -n $path ]] || { echo "run.sh: no module $m in $kver" >&2; exit 1; }
+    want "$path"
+done
+mkdir -p "$ir/lib/modules"
+: >"$ir/modules.list"
+for m in "${order[@]}"; do
+    cp "$modroot/$m" "$ir/lib/modules/"
+    basename "$m" >>"$ir/modules.list"
+done
+cp "$work/build/xiw.ko" "$ir/lib/modules/"
+echo xiw.ko >>"$ir/modules.list"
+
+# A file and, for a shared library, its real name behind the link (the
+# provider tells rdma-core's release by libibverbs' versioned file name).
+copy() {
+    local f=$1 real
+    real=$(readlink -f "$f")
+    mkdir -p "$ir$(dirname "$f")" "$ir$(dirname "$real")"
+    [[ -e $ir$real ]] || cp "$real" "$ir$real"
+    if [[ $f != "$real" && ! -e $ir$f ]]; then
+        ln -s "$real" "$ir$f"
+    fi
+}
+copy_with_libs() {
+    local f=$1 lib
+    copy "$f"
+    for lib in $(ldd "$f" 2>/dev/null | awk '/=> \// { print $3 } /^\t\/lib64/ { print $1 }'); do
+        copy "$lib"
+    done
+}
+
+cp /bin/busybox "$ir/bin/busybox"
+bins=(/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rdma /usr/bin/ibv_rc_pingpong)
+provider=/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
+for f in "${bins[@]}" "$provider" "$@"; do
+    copy_with_libs "$f"
+done
+copy /usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
+mkdir -p "$ir/etc/libibverbs.d"
+cp /etc/libibverbs.d/xiw.driver "$ir/etc/libibverbs.d/"
+# libgcc_s is loaded at run time by programs that unwind (pthread_cancel).
+for lib in /lib/x86_64-linux-gnu/libgcc_s.so.1; do
+    copy "$lib"
+done
+
+cp "$script" "$ir/test.sh"
+cat >"$ir/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+while read -r m; do
+    insmod "/lib/modules/$m" || echo "XIW-VM: insmod $m failed"
+done </modules.list
+ip link set lo up
+ip link set dummy0 up
+ip addr add 10.77.0.1/24 dev dummy0
+echo "XIW-VM-START"
+sh /test.sh
+echo "XIW-VM-EXIT $?"
+if dmesg | grep -E "BUG|WARNING|Oops|Call Trace" >/dev/null; then
+    echo "XIW-VM: kernel log has a warning or oops:"
+    dmesg | tail -60
+    echo "XIW-VM-DMESG-BAD"
+fi
+echo o >/proc/sysrq-trigger
+sleep 5
+poweroff -f
+INIT
+chmod +x "$ir/init" "$ir/test.sh"
+(cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
+
+console=$work/console.log
+timeout "${XIW_VM_TIMEOUT:-600}" qemu-system-x86_64 \
+    -accel tcg,thread=multi -cpu max -m 2048 -smp 2 \
+    -nographic -no-reboot -monitor none -serial "file:$console" \
+    -kernel "$root/boot/vmlinuz-$kver" -initrd "$work/initrd.gz" \
+    -append "console=ttyS0 quiet panic=-1 oops=panic" \
+    -nic none </dev/null >&2 || true
+tr -d '\r' <"$console"
+rc=$(tr -d '\r' <"$console" | awk '/^XIW-VM-EXIT / { print $2 }' | tail -1)
+if [[ -z $rc ]]; then
+    echo "run.sh: the guest did not finish its script" >&2
+    exit 124
+fi
+if grep -q '^XIW-VM-DMESG-BAD' "$console"; then
+    echo "run.sh: the guest kernel logged a warning or an oops" >&2
+    exit 125
+fi
+exit "$rc"
