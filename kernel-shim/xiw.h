@@ -12,10 +12,18 @@
 
 #include <linux/netdevice.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
 
 #include "xiw_abi.h"
 
 #define XIW_DRIVER_ID ((enum rdma_driver_id)XIW_KERNEL_DRIVER_ID)
+
+/* The port's GIDs: its IPv4 address, then its hardware address. */
+enum {
+	XIW_GID_ADDR,
+	XIW_GID_MAC,
+	XIW_GIDS,
+};
 
 struct xiw_device {
 	struct ib_device ibdev;
@@ -50,5 +58,8 @@ static inline struct xiw_device *to_xdev(struct ib_device *ibdev)
 
 /* xiw_verbs.c */
 extern const struct ib_device_ops xiw_device_ops;
+
+/* xiw_uapi.c */
+extern const struct uapi_definition xiw_uapi_defs[];
 
 #endif /* XIW_H */

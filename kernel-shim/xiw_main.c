@@ -7,6 +7,7 @@
 #include <linux/module.h>
 #include <linux/netdevice.h>
 #include <linux/etherdevice.h>
+#include <linux/inetdevice.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/iw_cm.h>
 #include <rdma/rdma_netlink.h>
@@ -72,6 +73,7 @@ static int xiw_newlink(const char *ibdev_name, struct net_device *ndev)
 	strscpy(ibdev->node_desc, "xiw", sizeof(ibdev->node_desc));
 	memcpy(ibdev->iw_ifname, ndev->name, sizeof(ibdev->iw_ifname));
 	ibdev->iw_driver_flags = IW_F_NO_PORT_MAP;
+	ibdev->driver_def = xiw_uapi_defs;
 
 	rv = ib_device_set_netdev(ibdev, ndev, 1);
 	if (rv)
@@ -133,6 +135,31 @@ static struct notifier_block xiw_netdev_nb = {
 	.notifier_call = xiw_netdev_event,
 };
 
+/* An IPv4 address came or went: GID 0 follows the netdev's first one. */
+static int xiw_inetaddr_event(struct notifier_block *nb, unsigned long event,
+			      void *arg)
+{
+	struct in_ifaddr *ifa = arg;
+	struct ib_device *ibdev;
+	struct ib_event ev = {};
+
+	if (!ifa->ifa_dev)
+		return NOTIFY_DONE;
+	ibdev = ib_device_get_by_netdev(ifa->ifa_dev->dev, XIW_DRIVER_ID);
+	if (!ibdev)
+		return NOTIFY_DONE;
+	ev.device = ibdev;
+	ev.element.port_num = 1;
+	ev.event = IB_EVENT_GID_CHANGE;
+	ib_dispatch_event(&ev);
+	ib_device_put(ibdev);
+	return NOTIFY_OK;
+}
+
+static struct notifier_block xiw_inetaddr_nb = {
+	.notifier_call = xiw_inetaddr_event,
+};
+
 static int __init xiw_init(void)
 {
 	int rv;
@@ -140,6 +167,11 @@ static int __init xiw_init(void)
 	rv = register_netdevice_notifier(&xiw_netdev_nb);
 	if (rv)
 		return rv;
+	rv = register_inetaddr_notifier(&xiw_inetaddr_nb);
+	if (rv) {
+		unregister_netdevice_notifier(&xiw_netdev_nb);
+		return rv;
+	}
 	rdma_link_register(&xiw_link_ops);
 	return 0;
 }
@@ -147,6 +179,7 @@ static int __init xiw_init(void)
 static void __exit xiw_exit(void)
 {
 	rdma_link_unregister(&xiw_link_ops);
+	unregister_inetaddr_notifier(&xiw_inetaddr_nb);
 	unregister_netdevice_notifier(&xiw_netdev_nb);
 	ib_unregister_driver(XIW_DRIVER_ID);
 }

@@ -5,6 +5,7 @@
  */
 
 #include <linux/module.h>
+#include <linux/inetdevice.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/ib_user_ioctl_verbs.h>
 
@@ -57,7 +58,7 @@ static int xiw_query_port(struct ib_device *ibdev, u32 port,
 	attr->max_mtu = ib_mtu_int_to_enum(ndev->mtu);
 	attr->active_mtu = attr->max_mtu;
 	attr->phys_mtu = ndev->mtu;
-	attr->gid_tbl_len = 1;
+	attr->gid_tbl_len = XIW_GIDS;
 	attr->port_cap_flags = IB_UVERBS_PCF_CM_SUP | IB_UVERBS_PCF_DEVICE_MGMT_SUP;
 	attr->max_msg_sz = XIW_MAX_MSG_SZ;
 	attr->pkey_tbl_len = 1;
@@ -82,20 +83,41 @@ static int xiw_get_port_immutable(struct ib_device *ibdev, u32 port,
 }
 
 /*
- * An iWARP port's GID is the netdev's hardware address, which is what the
- * connection manager looks a device up by.
+ * GID 0 is the netdev's first IPv4 address (IPv4-mapped; all zero while it
+ * has none): what programs that connect by modify_qp exchange and the
+ * provider connects to, as in standalone mode. GID 1 is the netdev's
+ * hardware address, as for any iWARP device: the connection manager looks
+ * the device up by it.
  */
 static int xiw_query_gid(struct ib_device *ibdev, u32 port, int index,
 			 union ib_gid *gid)
 {
-	struct xiw_device *xdev = to_xdev(ibdev);
+	struct net_device *ndev = to_xdev(ibdev)->ndev;
+	const struct in_ifaddr *ifa;
+	struct in_device *in_dev;
 
-	if (index != 0)
-		return -EINVAL;
 	memset(gid, 0, sizeof(*gid));
-	memcpy(gid->raw, xdev->ndev->dev_addr,
-	       min_t(unsigned int, xdev->ndev->addr_len, ETH_ALEN));
-	return 0;
+	switch (index) {
+	case XIW_GID_ADDR:
+		rcu_read_lock();
+		in_dev = __in_dev_get_rcu(ndev);
+		if (in_dev) {
+			ifa = rcu_dereference(in_dev->ifa_list);
+			if (ifa) {
+				gid->raw[10] = 0xff;
+				gid->raw[11] = 0xff;
+				memcpy(&gid->raw[12], &ifa->ifa_address, 4);
+			}
+		}
+		rcu_read_unlock();
+		return 0;
+	case XIW_GID_MAC:
+		memcpy(gid->raw, ndev->dev_addr,
+		       min_t(unsigned int, ndev->addr_len, ETH_ALEN));
+		return 0;
+	default:
+		return -EINVAL;
+	}
 }
 
 static int xiw_query_pkey(struct ib_device *ibdev, u32 port, u16 index,
@@ -142,17 +164,34 @@ static int xiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 }
 
 /*
- * Queues, completion queues and memory live in the provider; kernel
+ * A CQ of the provider's: its completions are the provider's; the kernel's
+ * object carries its completion channel (XIW_METHOD_CQ_NOTIFY signals it).
+ * Queues, completion queues and memory live in the provider: kernel
  * consumers cannot have them.
  */
 static int xiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
 			 struct ib_udata *udata)
 {
-	return -EOPNOTSUPP;
+	struct xiw_device *xdev = to_xdev(cq->device);
+
+	if (!udata || attr->flags)
+		return -EOPNOTSUPP;
+	if (attr->cqe < 1 || attr->cqe > XIW_MAX_CQE ||
+	    attr->comp_vector >= cq->device->num_comp_vectors)
+		return -EINVAL;
+	if (atomic_inc_return(&xdev->num_cq) > XIW_MAX_QP * 2) {
+		atomic_dec(&xdev->num_cq);
+		return -ENOMEM;
+	}
+	cq->cqe = attr->cqe;
+	return 0;
 }
 
 static int xiw_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
 {
+	struct xiw_device *xdev = to_xdev(cq->device);
+
+	atomic_dec(&xdev->num_cq);
 	return 0;
 }
 
@@ -222,7 +261,8 @@ static void xiw_dealloc_driver(struct ib_device *ibdev)
 {
 	struct xiw_device *xdev = to_xdev(ibdev);
 
-	WARN_ON(atomic_read(&xdev->num_ctx) || atomic_read(&xdev->num_pd));
+	WARN_ON(atomic_read(&xdev->num_ctx) || atomic_read(&xdev->num_pd) ||
+		atomic_read(&xdev->num_cq));
 }
 
 const struct ib_device_ops xiw_device_ops = {

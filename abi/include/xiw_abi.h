@@ -39,6 +39,27 @@ typedef uint64_t __u64;
 #define XIW_MAX_MSG_SZ		(1u << 31)
 #define XIW_MAX_RD_ATOMIC	128u
 
+/*
+ * The module's own uverbs methods (driver namespace: ids from 1 << 12, as
+ * UVERBS_ID_NS_SHIFT says), called with RDMA_VERBS_IOCTL on the context's
+ * command fd and xiw's driver id.
+ *
+ * CQ_NOTIFY: the provider wrote a completion to an armed CQ; the module
+ * signals the CQ's completion channel. One attribute: the CQ's handle.
+ */
+#define XIW_UVERBS_DRIVER_NS	(1u << 12)
+
+enum xiw_uverbs_cq_methods {
+	XIW_METHOD_CQ_NOTIFY = XIW_UVERBS_DRIVER_NS,
+};
+
+enum xiw_uverbs_cq_notify_attrs {
+	XIW_ATTR_CQ_NOTIFY_HANDLE = XIW_UVERBS_DRIVER_NS,
+};
+
+/* A completion of a Send that asked for a solicited event (internal). */
+#define XIW_CQE_F_SOLICITED	0x80u
+
 #define XIW_RING_MAGIC		0x78697752u	/* "xiwR" */
 #define XIW_RING_VERSION	1u
 

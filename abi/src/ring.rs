@@ -34,6 +34,10 @@ pub const RING_F_ERROR: u32 = 1 << 1;
 pub const CQ_ARM_NONE: u32 = 0;
 pub const CQ_ARM_NEXT: u32 = 1;
 pub const CQ_ARM_SOLICITED: u32 = 2;
+/// In a CQE's `wc_flags`: the completion of a Send that asked for a solicited
+/// event (RFC 5040 Send with Solicited Event); the provider's own, never
+/// reported to the application.
+pub const CQE_F_SOLICITED: u8 = 0x80;
 
 #[repr(C, align(64))]
 pub struct CacheLineU32 {

@@ -5,8 +5,8 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use xiw_abi::limits;
 use xiw_abi::ring::*;
+use xiw_abi::{kernel, limits};
 
 macro_rules! fields {
     ($($cty:literal, $cfield:literal, $rust:expr;)*) => {
@@ -81,6 +81,13 @@ fn c_header_matches_rust_layout() {
         ("XIW_MAX_PD", limits::MAX_PD as u64),
         ("XIW_MAX_MSG_SZ", limits::MAX_MSG_SZ as u64),
         ("XIW_MAX_RD_ATOMIC", limits::MAX_RD_ATOMIC as u64),
+        ("XIW_UVERBS_DRIVER_NS", kernel::DRIVER_NS as u64),
+        ("XIW_METHOD_CQ_NOTIFY", kernel::METHOD_CQ_NOTIFY as u64),
+        (
+            "XIW_ATTR_CQ_NOTIFY_HANDLE",
+            kernel::ATTR_CQ_NOTIFY_HANDLE as u64,
+        ),
+        ("XIW_CQE_F_SOLICITED", CQE_F_SOLICITED as u64),
         ("XIW_RING_MAGIC", RING_MAGIC as u64),
         ("XIW_RING_VERSION", RING_VERSION as u64),
         ("XIW_RING_KIND_SQ", RING_KIND_SQ as u64),

@@ -142,6 +142,8 @@ pub fn token_pending(id: u64) -> u64 {
 
 pub struct Shared {
     pub dev: DeviceInfo,
+    /// Kernel mode: the device's command fd, for the kernel's objects.
+    pub kernel: Option<crate::kernel::Kernel>,
     pub cfg: Config,
     pub mrs: MrTable,
     qps: RwLock<HashMap<u32, Arc<dyn Endpoint>>>,
@@ -242,6 +244,7 @@ impl Shared {
         let log = crate::log::Target::new(dev.ibdev.clone());
         let sh = Shared {
             dev,
+            kernel: None,
             cfg,
             mrs: MrTable::default(),
             qps: RwLock::new(HashMap::new()),

@@ -1,12 +1,13 @@
 //! Completion queues: a ring of [`Cqe`] filled by the engine, drained by `poll_cq`.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use parking_lot::lock_api::RawMutex as _;
 
 use xiw_abi::ring::*;
 
+use crate::kernel::Kernel;
 use crate::queue::Ring;
 
 const CQE_SIZE: u32 = std::mem::size_of::<Cqe>() as u32;
@@ -28,6 +29,10 @@ pub struct Cq {
     /// QPs whose completions land here, for [`Cq::assist`].
     qps: Mutex<Vec<Weak<dyn Assist>>>,
     next_assist: AtomicUsize,
+    /// Kernel mode: the kernel's object for this CQ (its handle), whose
+    /// completion channel the module signals when a completion lands on the
+    /// armed CQ.
+    kernel: OnceLock<(Kernel, u32)>,
 }
 
 impl Cq {
@@ -41,6 +46,7 @@ impl Cq {
             overflowed: AtomicBool::new(false),
             qps: Mutex::new(Vec::new()),
             next_assist: AtomicUsize::new(0),
+            kernel: OnceLock::new(),
         })
     }
 
@@ -135,20 +141,42 @@ impl Cq {
             .store(arm, Ordering::Release);
     }
 
-    /// Stores one completion; false if the CQ is full (an overrun).
+    /// Kernel mode: the kernel's object for this CQ.
+    pub fn set_kernel(&self, k: Kernel, handle: u32) {
+        let _ = self.kernel.set((k, handle));
+    }
+
+    /// Kernel mode: the handle of the kernel's object for this CQ.
+    pub fn kernel_handle(&self) -> Option<u32> {
+        self.kernel.get().map(|&(_, h)| h)
+    }
+
+    /// Stores one completion; false if the CQ is full (an overrun). On a CQ
+    /// armed for it, the completion also disarms the CQ and (kernel mode)
+    /// signals its completion channel.
     pub fn push(&self, cqe: Cqe) -> bool {
-        let _g = self.produce.lock();
-        // SAFETY: `produce` is held.
-        let ring = unsafe { self.ring() };
-        let p = ring.producer();
-        if p.wrapping_sub(ring.consumer()) >= ring.entries - 1 {
-            self.overflowed.store(true, Ordering::Release);
-            return false;
+        let event = {
+            let _g = self.produce.lock();
+            // SAFETY: `produce` is held.
+            let ring = unsafe { self.ring() };
+            let p = ring.producer();
+            if p.wrapping_sub(ring.consumer()) >= ring.entries - 1 {
+                self.overflowed.store(true, Ordering::Release);
+                return false;
+            }
+            // SAFETY: slot `p` is free (fewer than `entries` in use) and only producers,
+            // serialised by `produce`, write it.
+            unsafe { ring.write(p, 0, cqe) };
+            ring.publish(p.wrapping_add(1));
+            self.kernel.get().is_some() && disarm_for(ring, &cqe)
+        };
+        if event {
+            if let Some((k, h)) = self.kernel.get() {
+                // The CQ may be on its way out (its kernel object destroyed
+                // meanwhile): then there is no channel left to signal.
+                let _ = k.cq_notify(*h);
+            }
         }
-        // SAFETY: slot `p` is free (fewer than `entries` in use) and only producers,
-        // serialised by `produce`, write it.
-        unsafe { ring.write(p, 0, cqe) };
-        ring.publish(p.wrapping_add(1));
         true
     }
 
@@ -228,6 +256,23 @@ impl Cq {
             qp.assist();
         }
     }
+}
+
+/// Whether `cqe`, just stored, is the event the CQ is armed for (any
+/// completion after `ibv_req_notify_cq(cq, 0)`; after solicited-only arming,
+/// a Send that asked for a solicited event or a failed request); if so the CQ
+/// is disarmed. The caller holds the producer lock, which arming takes too.
+fn disarm_for(ring: &Ring, cqe: &Cqe) -> bool {
+    let arm = &ring.header().arm;
+    let due = match arm.load(Ordering::Acquire) {
+        CQ_ARM_NEXT => true,
+        CQ_ARM_SOLICITED => cqe.wc_flags & CQE_F_SOLICITED != 0 || cqe.status != 0,
+        _ => false,
+    };
+    if due {
+        arm.store(CQ_ARM_NONE, Ordering::Release);
+    }
+    due
 }
 
 impl Drop for Cq {

@@ -172,7 +172,7 @@ unsafe extern "C" fn alloc_context(
                 return ptr::null_mut();
             }
         }
-        let (sh, async_r) = match Shared::new(info, Config::from_env()) {
+        let (mut sh, async_r) = match Shared::new(info, Config::from_env()) {
             Ok(v) => v,
             Err(e) => {
                 if crate::log::env_debug() {
@@ -186,6 +186,9 @@ unsafe extern "C" fn alloc_context(
                 return ptr::null_mut();
             }
         };
+        if kernel {
+            sh.kernel = Some(crate::kernel::Kernel::new(cmd_fd));
+        }
         let sh = Arc::new(sh);
         sh.log.vctx.store(vctx as usize, Ordering::Release);
         let worker = sh.clone();

@@ -74,6 +74,9 @@ pub struct DeviceInfo {
     /// "xxxx:xxxx:xxxx:xxxx" is the most significant. Convert with
     /// `to_be()` for the `__be64` fields of ibv_device_attr.
     pub node_guid: u64,
+    /// Registered by the kernel module (kernel mode), not described by
+    /// `xiw up`: port GIDs are hardware addresses, not IP addresses.
+    pub kernel: bool,
 }
 
 impl DeviceInfo {
@@ -120,9 +123,10 @@ impl DeviceInfo {
                 .map(|s| s.trim().to_string())
                 .map_err(|e| format!("{}: {e}", p.display()))
         };
-        // The port's GID is the netdev's hardware address: the netdev is the
-        // one that has it (the RDMA core keeps no netdev with an iWARP GID).
-        let gid = read("ports/1/gids/0")?;
+        // The port's GID 1 is the netdev's hardware address (GID 0 its IPv4
+        // address): the netdev is the one that has it (the RDMA core keeps
+        // no netdev with an iWARP GID).
+        let gid = read("ports/1/gids/1")?;
         let gid = parse_gid(&gid).ok_or_else(|| format!("{ibdev}: bad GID {gid:?}"))?;
         let netdev = netdev_with_mac(&gid[..6]).map_err(|e| format!("{ibdev}: {e}"))?;
         let node_guid = read("node_guid")?;
@@ -138,6 +142,32 @@ impl DeviceInfo {
             mtu: n.mtu,
             mac: n.mac,
             node_guid,
+            kernel: true,
+        })
+    }
+
+    /// The address of the peer a `modify_qp` names by `gid`: an IP address
+    /// (GID 0, in either mode), or in kernel mode also a hardware address
+    /// (GID 1, as iWARP devices have): this device's own, or that of a
+    /// neighbour on its netdev (which the applications' own exchange over
+    /// that interface has made known).
+    pub fn peer_addr(&self, gid: &[u8; 16]) -> Result<IpAddr, String> {
+        if !self.kernel || gid[6..].iter().any(|&b| b != 0) {
+            return Ok(addr_from_gid(gid));
+        }
+        let mac: [u8; 6] = gid[..6].try_into().expect("6 bytes");
+        if mac == self.mac {
+            return Ok(self.addr);
+        }
+        let arp = fs::read_to_string("/proc/net/arp").map_err(|e| format!("/proc/net/arp: {e}"))?;
+        neighbour_with_mac(&arp, &self.netdev, &mac).ok_or_else(|| {
+            format!(
+                "no neighbour on {} has the hardware address {} of the peer's GID \
+                 (the peer must be reachable over {} by IPv4)",
+                self.netdev,
+                format_mac(&mac),
+                self.netdev
+            )
         })
     }
 
@@ -181,6 +211,7 @@ impl DeviceInfo {
             mtu: mtu.ok_or_else(|| missing("mtu"))?,
             mac: mac.ok_or_else(|| missing("mac"))?,
             node_guid: node_guid.ok_or_else(|| missing("node_guid"))?,
+            kernel: false,
         })
     }
 
@@ -196,6 +227,22 @@ impl DeviceInfo {
         let _ = writeln!(s, "node_guid={}", format_guid(self.node_guid));
         s
     }
+}
+
+/// The IPv4 address of the complete neighbour entry on `netdev` with the
+/// hardware address `mac`, in `/proc/net/arp`'s format.
+fn neighbour_with_mac(arp: &str, netdev: &str, mac: &[u8; 6]) -> Option<IpAddr> {
+    const ATF_COM: u32 = 0x2;
+    arp.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [ip, _hw_type, flags, hw, _mask, dev] = f[..] else {
+            return None;
+        };
+        let flags = u32::from_str_radix(flags.trim_start_matches("0x"), 16).ok()?;
+        (dev == netdev && flags & ATF_COM != 0 && parse_mac(hw)? == *mac)
+            .then(|| ip.parse().ok())
+            .flatten()
+    })
 }
 
 /// The one network interface (in this network namespace) whose hardware
@@ -540,6 +587,7 @@ mod tests {
             mtu: 1500,
             mac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
             node_guid: guid_from_mac(&[0x52, 0x54, 0x00, 0x12, 0x34, 0x56]).unwrap(),
+            kernel: false,
         }
     }
 
@@ -552,6 +600,37 @@ mod tests {
         ));
         let _ = fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn kernel_mode_gids_are_hardware_addresses() {
+        let arp =
+            "IP address       HW type     Flags       HW address            Mask     Device\n\
+                   10.0.0.9         0x1         0x0         52:54:00:00:00:09     *        eth0\n\
+                   10.0.0.2         0x1         0x2         52:54:00:00:00:02     *        eth1\n\
+                   10.0.0.3         0x1         0x2         52:54:00:00:00:02     *        eth0\n";
+        let mac = [0x52, 0x54, 0, 0, 0, 2];
+        assert_eq!(
+            neighbour_with_mac(arp, "eth0", &mac),
+            Some("10.0.0.3".parse().unwrap())
+        );
+        assert_eq!(
+            neighbour_with_mac(arp, "eth1", &mac),
+            Some("10.0.0.2".parse().unwrap())
+        );
+        // Incomplete entries do not count.
+        assert_eq!(
+            neighbour_with_mac(arp, "eth0", &[0x52, 0x54, 0, 0, 0, 9]),
+            None
+        );
+        let mut d = sample();
+        d.kernel = true;
+        let mut own = [0u8; 16];
+        own[..6].copy_from_slice(&d.mac);
+        assert_eq!(d.peer_addr(&own), Ok(d.addr));
+        // An IP-shaped GID is taken as an address in either mode.
+        let v4 = gid_from_addr("10.1.2.3".parse().unwrap());
+        assert_eq!(d.peer_addr(&v4), Ok("10.1.2.3".parse().unwrap()));
     }
 
     #[test]

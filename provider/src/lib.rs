@@ -15,6 +15,7 @@ pub mod devinfo;
 pub mod dv;
 pub mod events;
 pub mod ibv;
+pub mod kernel;
 pub mod libibverbs;
 pub mod log;
 pub mod maps;

@@ -157,7 +157,14 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             advance(qp, cur, IBV_QPS_RTR)?;
             // SAFETY: reading the raw bytes of the GID union.
             let gid = unsafe { attr.ah_attr.grh.dgid.raw };
-            let peer = devinfo::addr_from_gid(&gid);
+            let peer = match sh.dev.peer_addr(&gid) {
+                Ok(a) => a,
+                Err(why) => {
+                    log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
+                    qp.state.store(IBV_QPS_INIT, Ordering::Release);
+                    return Err(libc::EINVAL);
+                }
+            };
             let r = qp.lock_cm().start(qp, peer, attr.dest_qp_num);
             if let Err(why) = r {
                 log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));

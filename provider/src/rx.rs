@@ -317,6 +317,9 @@ impl recv::Host for Placer<'_> {
             cqe.wc_flags = IBV_WC_WITH_INV as u8;
             cqe.imm_or_inv = stag;
         }
+        if c.solicited {
+            cqe.wc_flags |= xiw_abi::ring::CQE_F_SOLICITED;
+        }
         qp.push_cqe(&qp.recv_cq, cqe);
     }
 

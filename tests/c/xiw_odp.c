@@ -343,9 +343,10 @@ static int advise(enum ibv_advise_mr_advice advice, uint32_t flags, uint64_t add
 
 static void prefetch(void)
 {
-	struct holed h = holed();
+	/* Made before the hole, which a later mapping could fill. */
 	uint8_t *plain = map(PAGE);
 	struct ibv_mr *mr = reg(plain, PAGE, IBV_ACCESS_LOCAL_WRITE);
+	struct holed h = holed();
 	uint64_t base = (uintptr_t)h.base;
 	int r;
 

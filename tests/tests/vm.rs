@@ -10,11 +10,15 @@
 //!
 //! ```text
 //! bash tests/vm/run.sh tests/vm/guest/device.sh
+//! gcc -O2 -o /tmp/xiw_channel tests/c/xiw_channel.c -libverbs
+//! bash tests/vm/run.sh tests/vm/guest/modify_qp.sh /tmp/xiw_channel
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use std::time::Duration;
+use xiw_tests::cprog::{self, program};
 use xiw_tests::harness::serial;
 
 fn repo() -> PathBuf {
@@ -38,9 +42,9 @@ fn kernel_root() -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
-/// Boots the guest with `script` and checks that every one of its checks
-/// passed.
-fn guest(script: &str) -> String {
+/// Boots the guest with `script` (and the C test `programs` of `tests/c/`)
+/// and checks that every one of its checks passed.
+fn guest(script: &str, programs: &[&str]) -> String {
     let path = repo().join("tests/vm/guest").join(script);
     let checks = std::fs::read_to_string(&path)
         .expect("reading the guest script")
@@ -50,6 +54,7 @@ fn guest(script: &str) -> String {
     let out = Command::new("bash")
         .arg(repo().join("tests/vm/run.sh"))
         .arg(&path)
+        .args(programs.iter().map(|p| program(p)))
         .output()
         .expect("running tests/vm/run.sh");
     let console = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -102,5 +107,23 @@ fn the_module_is_checkpatch_clean() {
 #[test]
 fn a_device_is_added_seen_and_removed_in_the_guest() {
     let _g = serial();
-    guest("device.sh");
+    guest("device.sh", &[]);
+}
+
+/// Programs that connect by `modify_qp` (ibv_rc_pingpong, perftest without
+/// `-R`) on a kernel-registered device, with completion channels the module
+/// signals (`-e`, and `tests/c/xiw_channel.c`: arming, solicited-only
+/// events, failed requests, two CQs on one channel).
+#[test]
+fn modify_qp_programs_and_completion_channels_in_the_guest() {
+    let _g = serial();
+    guest("modify_qp.sh", &["xiw_channel"]);
+}
+
+/// Standalone mode has no completion channels: a CQ with one is refused
+/// cleanly (or the channel itself cannot be made), on the host.
+#[test]
+fn standalone_mode_refuses_completion_channels() {
+    let _g = serial();
+    cprog::run("xiw_channel", &["standalone"], Duration::from_secs(30));
 }

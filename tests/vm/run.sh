@@ -8,8 +8,9 @@
 #   GUEST_SCRIPT  a busybox sh script, run in the guest as /test.sh with
 #                 xiw.ko and the RDMA core modules loaded, dummy0 up at
 #                 10.77.0.1/24 and lo up
-#   FILE...       extra host files the script needs, copied to the same path
-#                 (with the libraries they link against)
+#   FILE...       programs the script runs, copied with the libraries they
+#                 link against and put on the guest's PATH; the script's own
+#                 `# needs: FILE...` lines name more
 #
 # The provider must be installed on the host first (pkg/install.sh): the
 # guest gets the same files. Environment: XIW_VM_TIMEOUT (seconds, default
@@ -89,10 +90,17 @@ copy_with_libs() {
 }
 
 cp /bin/busybox "$ir/bin/busybox"
-bins=(/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rdma /usr/bin/ibv_rc_pingpong)
+bins=(/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rdma /usr/bin/ibv_rc_pingpong /usr/bin/timeout)
 provider=/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
-for f in "${bins[@]}" "$provider" "$@"; do
+needs=$(awk '/^# needs:/ { sub(/^# needs:/, ""); print }' "$script")
+# shellcheck disable=SC2206 # a list of paths without spaces
+extra=($needs)
+for f in "${bins[@]}" "$provider" "$@" "${extra[@]}"; do
     copy_with_libs "$f"
+done
+mkdir -p "$ir/usr/local/bin"
+for f in "$@"; do
+    ln -sf "$(readlink -f "$f")" "$ir/usr/local/bin/$(basename "$f")"
 done
 copy /usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
 mkdir -p "$ir/etc/libibverbs.d"
@@ -106,7 +114,7 @@ cp "$script" "$ir/test.sh"
 cat >"$ir/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
-export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/usr/local/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev

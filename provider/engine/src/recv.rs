@@ -31,6 +31,17 @@ pub struct RecvCompletion {
     pub invalidated: Option<u32>,
     /// The immediate data of an RDMA Write (`RECV_RDMA_WITH_IMM`), not a Send.
     pub after_write: bool,
+    /// The message asked for a solicited event (Send with Solicited Event,
+    /// RFC 5040 section 4.3; Immediate Data with Solicited Event, RFC 7306).
+    pub solicited: bool,
+}
+
+/// What an Immediate Data message completes: the RDMA Write it follows (its
+/// length), if any, and whether it asked for a solicited event.
+#[derive(Clone, Copy)]
+struct ImmOf {
+    write: Option<u64>,
+    solicited: bool,
 }
 
 /// What the receive side needs from the driver: registered memory, the receive
@@ -136,6 +147,8 @@ pub struct Receiver<R> {
     placed: u64,
     /// The immediate of that pair, waiting for its Send.
     pending_imm: Option<u32>,
+    /// The merged Immediate Data asked for a solicited event.
+    pending_se: bool,
     /// Bytes of the RDMA Write message being received.
     write_len: u64,
     /// The message before this one was a whole RDMA Write of that many bytes.
@@ -195,6 +208,7 @@ impl<R> Receiver<R> {
             cur: None,
             placed: 0,
             pending_imm: None,
+            pending_se: false,
             write_len: 0,
             after_write: None,
             inplace_min: p.inplace_min,
@@ -598,7 +612,11 @@ impl<R> Receiver<R> {
                         ddp::QN_SEND,
                         rdmap::Opcode::ImmediateData | rdmap::Opcode::ImmediateDataSolicited,
                     ) if self.extensions => {
-                        self.immediate(host, after_write, mo, hdr.last, payload, dhdr)
+                        let of = ImmOf {
+                            write: after_write,
+                            solicited: op == rdmap::Opcode::ImmediateDataSolicited,
+                        };
+                        self.immediate(host, of, mo, hdr.last, payload, dhdr)
                     }
                     // Requests on queue 1 and their responses on queue 3 are
                     // single segments; each takes one MSN (RFC 5041 section 5.1).
@@ -699,6 +717,11 @@ impl<R> Receiver<R> {
         let mut done = RecvCompletion {
             byte_len: self.placed as u32,
             imm: self.pending_imm.take(),
+            solicited: std::mem::take(&mut self.pending_se)
+                || matches!(
+                    op,
+                    rdmap::Opcode::SendSolicited | rdmap::Opcode::SendSolicitedInvalidate
+                ),
             ..Default::default()
         };
         if matches!(
@@ -730,7 +753,7 @@ impl<R> Receiver<R> {
     fn immediate<H: Host<Recv = R>>(
         &mut self,
         host: &mut H,
-        after_write: Option<u64>,
+        of: ImmOf,
         mo: u32,
         last: bool,
         payload: &[u8],
@@ -745,8 +768,9 @@ impl<R> Receiver<R> {
         }
         self.msn[0] = self.msn[0].wrapping_add(1);
         let imm = u32::from_ne_bytes([payload[4], payload[5], payload[6], payload[7]]);
-        if after_write.is_none() && self.merge_imm {
+        if of.write.is_none() && self.merge_imm {
             self.pending_imm = Some(imm);
+            self.pending_se = of.solicited;
             return Ok(());
         }
         let Some(job) = host.take_recv() else {
@@ -760,10 +784,11 @@ impl<R> Receiver<R> {
         host.recv_done(
             job,
             RecvCompletion {
-                byte_len: after_write.unwrap_or(0) as u32,
+                byte_len: of.write.unwrap_or(0) as u32,
                 imm: Some(imm),
                 invalidated: None,
                 after_write: true,
+                solicited: of.solicited,
             },
         );
         Ok(())

@@ -405,6 +405,38 @@ fn messages_complete_in_the_order_they_arrive() {
     assert_eq!(ids, vec![0, 1, 2, 3, 4]);
 }
 
+/// A Send with Solicited Event (and Immediate Data with Solicited Event)
+/// completes its receive marked solicited; a plain Send does not.
+#[test]
+fn solicited_sends_are_marked() {
+    let mut s = sim();
+    for i in 0..3 {
+        post(&mut s, i, &[(12288 + i * 100, 100)]);
+    }
+    let mut peer = Peer::new(false);
+    let mut stream = peer.send(&[1; 10], 4);
+    stream.extend(peer.message(rdmap::Opcode::SendSolicited, ddp::QN_SEND, 0, &[2; 10], 4));
+    let mut imm = [0u8; 8];
+    imm[4..].copy_from_slice(&7u32.to_ne_bytes());
+    stream.extend(peer.message(
+        rdmap::Opcode::ImmediateDataSolicited,
+        ddp::QN_SEND,
+        0,
+        &imm,
+        64,
+    ));
+    run(&mut s, params(false), &stream).unwrap();
+    let se: Vec<(u64, bool)> = s
+        .completed
+        .iter()
+        .map(|(id, c)| match c {
+            RecvOutcome::Done(d) => (*id, d.solicited),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(se, vec![(0, false), (1, true), (2, true)]);
+}
+
 #[test]
 fn an_rdma_write_lands_only_where_it_was_aimed() {
     let mut s = sim();
@@ -444,6 +476,7 @@ fn write_with_immediate_completes_a_receive_with_the_write_length() {
                 imm: Some(0xabcd),
                 invalidated: None,
                 after_write: true,
+                solicited: false,
             })
         )]
     );

@@ -20,7 +20,7 @@ pub(super) fn new_cq(
     if !cqe_in_range(cqe) || !(0..i64::from(COMP_VECTORS)).contains(&vector) {
         return Err(libc::EINVAL);
     }
-    if !channel.is_null() {
+    if !channel.is_null() && sh.kernel.is_none() {
         crate::log::warn(
             &sh.log,
             format_args!("completion channels need the xiw kernel module"),
@@ -46,6 +46,24 @@ pub(super) fn new_cq(
         domain: ptr::null_mut(),
     });
     let p = Box::into_raw(b);
+    // Kernel mode: the kernel's object, which carries the completion channel;
+    // its events name the CQ by the pointer the application holds.
+    if let Some(k) = sh.kernel {
+        // SAFETY: a channel libibverbs made on this context.
+        let ch = (!channel.is_null()).then(|| unsafe { (*channel).fd });
+        match k.create_cq(p as u64, cqe as u32, ch, vector as u32) {
+            // SAFETY: p is the CQ just made, not yet handed out.
+            Ok(h) => unsafe {
+                (*p).cq.set_kernel(k, h);
+                (*(*p).vcq.cq_ex).handle = h;
+            },
+            Err(e) => {
+                // SAFETY: as above; freed once, here.
+                drop(unsafe { Box::from_raw(p) });
+                return Err(e);
+            }
+        }
+    }
     sh.set_handle(id, p as usize);
     Ok(p)
 }
@@ -166,6 +184,13 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
         if Arc::strong_count(&c.cq) > 1 {
             return libc::EBUSY;
         }
+        if let (Some(k), Some(h)) = (sh.kernel, c.cq.kernel_handle()) {
+            match k.destroy_cq(h) {
+                // SAFETY: cq is ours; libibverbs set up its event counters.
+                Ok(reported) => unsafe { wait_comp_events(cq, reported) },
+                Err(e) => return e,
+            }
+        }
         sh.set_handle(c.cq.id, 0);
         // SAFETY: the parent domain the CQ named, if any, outlives it.
         unsafe { domain_use(c.domain, false) };
@@ -177,6 +202,27 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
     })
 }
 
+/// Waits until the application has acknowledged (`ibv_ack_cq_events`) the
+/// `reported` completion events the kernel delivered for `cq`, as a CQ may
+/// not go before.
+///
+/// # Safety
+/// `cq` is a live CQ that libibverbs initialised (its mutex, condition and
+/// counter).
+unsafe fn wait_comp_events(cq: *mut ibv_cq, reported: u32) {
+    // SAFETY: per the function contract; libibverbs' own fields, used as
+    // ibv_ack_cq_events uses them.
+    unsafe {
+        let m = ptr::addr_of_mut!((*cq).mutex) as *mut libc::pthread_mutex_t;
+        let c = ptr::addr_of_mut!((*cq).cond) as *mut libc::pthread_cond_t;
+        libc::pthread_mutex_lock(m);
+        while ptr::read_volatile(ptr::addr_of!((*cq).comp_events_completed)) != reported {
+            libc::pthread_cond_wait(c, m);
+        }
+        libc::pthread_mutex_unlock(m);
+    }
+}
+
 pub(super) fn fill_wc(wc: &mut ibv_wc, c: &Cqe) {
     wc.wr_id = c.wr_id;
     wc.status = c.status as ibv_wc_status;
@@ -186,7 +232,7 @@ pub(super) fn fill_wc(wc: &mut ibv_wc, c: &Cqe) {
     wc.__bindgen_anon_1.imm_data = c.imm_or_inv;
     wc.qp_num = c.qp_num;
     wc.src_qp = 0;
-    wc.wc_flags = c.wc_flags as u32;
+    wc.wc_flags = u32::from(c.wc_flags & !xiw_abi::ring::CQE_F_SOLICITED);
     wc.pkey_index = 0;
     wc.slid = 0;
     wc.sl = 0;
@@ -336,7 +382,7 @@ pub(super) unsafe extern "C" fn cq_read_src_qp(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
 pub(super) unsafe extern "C" fn cq_read_wc_flags(cq: *mut ibv_cq_ex) -> u32 {
-    cur_cqe(cq).wc_flags as u32
+    u32::from(cur_cqe(cq).wc_flags & !xiw_abi::ring::CQE_F_SOLICITED)
 }
 pub(super) unsafe extern "C" fn cq_read_zero_u32(_cq: *mut ibv_cq_ex) -> u32 {
     0

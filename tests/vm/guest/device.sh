@@ -13,8 +13,17 @@ cat /tmp/link
 check "rdma link show: xiw0 active on dummy0" "grep -q 'link xiw0/1 state ACTIVE physical_state LINK_UP netdev dummy0' /tmp/link"
 check "node type RNIC" "grep -q '^4: RNIC' /sys/class/infiniband/xiw0/node_type"
 mac=$(cat /sys/class/net/dummy0/address | tr -d :)
-gid=$(cat /sys/class/infiniband/xiw0/ports/1/gids/0 | tr -d :)
-check "GID 0 is the netdev's hardware address" "[ \"$gid\" = \"${mac}00000000000000000000\" ]"
+gid0=$(cat /sys/class/infiniband/xiw0/ports/1/gids/0)
+gid1=$(cat /sys/class/infiniband/xiw0/ports/1/gids/1 | tr -d :)
+check "GID 0 is the netdev's IPv4 address" "[ \"$gid0\" = 0000:0000:0000:0000:0000:ffff:0a4d:0001 ]"
+check "GID 1 is the netdev's hardware address" "[ \"$gid1\" = \"${mac}00000000000000000000\" ]"
+ip addr add 10.77.1.1/24 dev dummy0
+ip addr del 10.77.0.1/24 dev dummy0
+sleep 1
+check "GID 0 follows the address" "grep -q 'ffff:0a4d:0101' /sys/class/infiniband/xiw0/ports/1/gids/0"
+ip addr add 10.77.0.1/24 dev dummy0
+ip addr del 10.77.1.1/24 dev dummy0
+sleep 1
 
 ibv_devices >/tmp/devices 2>&1
 cat /tmp/devices

@@ -211,6 +211,7 @@ fn build_tree(root: &Path, netdevs: &[sys::Netdev]) -> Result<(), String> {
             .unwrap_or_else(|| devinfo::guid_from_addr(nd.addr, index as u16));
         guids.push(node_guid);
         let info = DeviceInfo {
+            kernel: false,
             ibdev: format!("{}{i}", devinfo::IBDEV_PREFIX),
             netdev: nd.name.clone(),
             ifindex: nd.ifindex,
