@@ -29,10 +29,13 @@ struct xiw_device {
 	struct ib_device ibdev;
 	/* The netdev the device is bound to (a reference is held by the core). */
 	struct net_device *ndev;
+	/* QPs by number, for the connection manager (iw_get_qp). */
+	struct xarray qps;
 	atomic_t num_ctx;
 	atomic_t num_pd;
 	atomic_t num_cq;
 	atomic_t num_qp;
+	atomic_t num_srq;
 };
 
 struct xiw_ucontext {
@@ -49,7 +52,23 @@ struct xiw_cq {
 
 struct xiw_qp {
 	struct ib_qp base;
+	/* The QP's own reference and the connection manager's. */
+	refcount_t refs;
+	struct completion unused;
+	/* The state the provider last reported, and the sizes it was made with. */
+	enum ib_qp_state state;
+	struct ib_qp_cap cap;
+	bool sq_sig_all;
 };
+
+struct xiw_srq {
+	struct ib_srq base;
+};
+
+static inline struct xiw_qp *to_xqp(struct ib_qp *qp)
+{
+	return container_of(qp, struct xiw_qp, base);
+}
 
 static inline struct xiw_device *to_xdev(struct ib_device *ibdev)
 {

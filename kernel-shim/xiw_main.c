@@ -64,6 +64,7 @@ static int xiw_newlink(const char *ibdev_name, struct net_device *ndev)
 		return -ENOMEM;
 	ibdev = &xdev->ibdev;
 	xdev->ndev = ndev;
+	xa_init_flags(&xdev->qps, XA_FLAGS_LOCK_IRQ);
 
 	ib_set_device_ops(ibdev, &xiw_device_ops);
 	ibdev->node_type = RDMA_NODE_RNIC;

@@ -195,20 +195,145 @@ static int xiw_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
 	return 0;
 }
 
-static int xiw_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr,
+/*
+ * A QP of the provider's, under the number it chose (struct
+ * xiw_create_qp_req): the connection manager finds it by that number, which
+ * the provider's own connections use too.
+ */
+static int xiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 			 struct ib_udata *udata)
 {
-	return -EOPNOTSUPP;
+	struct xiw_device *xdev = to_xdev(ibqp->device);
+	struct xiw_qp *qp = to_xqp(ibqp);
+	struct xiw_create_qp_req req;
+	int rv;
+
+	if (!udata || attr->qp_type != IB_QPT_RC || attr->create_flags)
+		return -EOPNOTSUPP;
+	if (udata->inlen < sizeof(req))
+		return -EINVAL;
+	if (ib_copy_from_udata(&req, udata, sizeof(req)))
+		return -EFAULT;
+	if (!req.qpn || req.qpn > 0xffffff || req.reserved ||
+	    attr->cap.max_send_wr > XIW_MAX_QP_WR ||
+	    attr->cap.max_recv_wr > XIW_MAX_QP_WR ||
+	    attr->cap.max_send_sge > XIW_MAX_SGE ||
+	    attr->cap.max_recv_sge > XIW_MAX_SGE ||
+	    attr->cap.max_inline_data > XIW_MAX_INLINE)
+		return -EINVAL;
+	if (atomic_inc_return(&xdev->num_qp) > XIW_MAX_QP) {
+		rv = -ENOMEM;
+		goto err;
+	}
+	refcount_set(&qp->refs, 1);
+	init_completion(&qp->unused);
+	qp->state = IB_QPS_RESET;
+	qp->cap = attr->cap;
+	qp->sq_sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
+	ibqp->qp_num = req.qpn;
+	ibqp->port = 1;
+	rv = xa_insert_irq(&xdev->qps, req.qpn, qp, GFP_KERNEL);
+	if (rv)
+		goto err;
+	return 0;
+err:
+	atomic_dec(&xdev->num_qp);
+	return rv == -EBUSY ? -EEXIST : rv;
 }
 
-static int xiw_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr,
+static void xiw_qp_add_ref(struct ib_qp *ibqp)
+{
+	refcount_inc(&to_xqp(ibqp)->refs);
+}
+
+static void xiw_qp_rem_ref(struct ib_qp *ibqp)
+{
+	struct xiw_qp *qp = to_xqp(ibqp);
+
+	if (refcount_dec_and_test(&qp->refs))
+		complete(&qp->unused);
+}
+
+/* Called with a spinlock held and interrupts off: no sleeping. */
+static struct ib_qp *xiw_get_qp(struct ib_device *ibdev, int qpn)
+{
+	struct xiw_qp *qp = xa_load(&to_xdev(ibdev)->qps, qpn);
+
+	return qp ? &qp->base : NULL;
+}
+
+/*
+ * The provider reports the states its QP moves to (the state alone): the
+ * kernel's QP only mirrors it.
+ */
+static int xiw_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 			 int mask, struct ib_udata *udata)
 {
-	return -EOPNOTSUPP;
+	struct xiw_qp *qp = to_xqp(ibqp);
+
+	if (!udata || mask != IB_QP_STATE)
+		return -EOPNOTSUPP;
+	if (attr->qp_state > IB_QPS_ERR)
+		return -EINVAL;
+	WRITE_ONCE(qp->state, attr->qp_state);
+	return 0;
 }
 
-static int xiw_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
+static int xiw_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
+			int mask, struct ib_qp_init_attr *init)
 {
+	struct xiw_qp *qp = to_xqp(ibqp);
+
+	memset(attr, 0, sizeof(*attr));
+	memset(init, 0, sizeof(*init));
+	attr->qp_state = READ_ONCE(qp->state);
+	attr->cur_qp_state = attr->qp_state;
+	attr->cap = qp->cap;
+	attr->port_num = 1;
+	init->event_handler = ibqp->event_handler;
+	init->qp_context = ibqp->qp_context;
+	init->send_cq = ibqp->send_cq;
+	init->recv_cq = ibqp->recv_cq;
+	init->srq = ibqp->srq;
+	init->cap = qp->cap;
+	init->sq_sig_type = qp->sq_sig_all ? IB_SIGNAL_ALL_WR : IB_SIGNAL_REQ_WR;
+	init->qp_type = IB_QPT_RC;
+	init->port_num = 1;
+	return 0;
+}
+
+/* The core frees the QP on return: wait for the connection manager's hold. */
+static int xiw_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
+{
+	struct xiw_device *xdev = to_xdev(ibqp->device);
+	struct xiw_qp *qp = to_xqp(ibqp);
+
+	xa_erase_irq(&xdev->qps, ibqp->qp_num);
+	xiw_qp_rem_ref(ibqp);
+	wait_for_completion(&qp->unused);
+	atomic_dec(&xdev->num_qp);
+	return 0;
+}
+
+static int xiw_create_srq(struct ib_srq *srq, struct ib_srq_init_attr *attr,
+			  struct ib_udata *udata)
+{
+	struct xiw_device *xdev = to_xdev(srq->device);
+
+	if (!udata || attr->srq_type != IB_SRQT_BASIC)
+		return -EOPNOTSUPP;
+	if (attr->attr.max_wr > XIW_MAX_QP_WR || attr->attr.max_sge > XIW_MAX_SGE)
+		return -EINVAL;
+	if (atomic_inc_return(&xdev->num_srq) > XIW_MAX_SRQ) {
+		atomic_dec(&xdev->num_srq);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int xiw_destroy_srq(struct ib_srq *srq, struct ib_udata *udata)
+{
+	atomic_dec(&to_xdev(srq->device)->num_srq);
 	return 0;
 }
 
@@ -262,7 +387,10 @@ static void xiw_dealloc_driver(struct ib_device *ibdev)
 	struct xiw_device *xdev = to_xdev(ibdev);
 
 	WARN_ON(atomic_read(&xdev->num_ctx) || atomic_read(&xdev->num_pd) ||
-		atomic_read(&xdev->num_cq));
+		atomic_read(&xdev->num_cq) || atomic_read(&xdev->num_qp) ||
+		atomic_read(&xdev->num_srq));
+	WARN_ON(!xa_empty(&xdev->qps));
+	xa_destroy(&xdev->qps);
 }
 
 const struct ib_device_ops xiw_device_ops = {
@@ -274,14 +402,19 @@ const struct ib_device_ops xiw_device_ops = {
 	.alloc_ucontext = xiw_alloc_ucontext,
 	.create_cq = xiw_create_cq,
 	.create_qp = xiw_create_qp,
+	.create_srq = xiw_create_srq,
 	.dealloc_driver = xiw_dealloc_driver,
 	.dealloc_pd = xiw_dealloc_pd,
 	.dealloc_ucontext = xiw_dealloc_ucontext,
 	.dereg_mr = xiw_dereg_mr,
 	.destroy_cq = xiw_destroy_cq,
 	.destroy_qp = xiw_destroy_qp,
+	.destroy_srq = xiw_destroy_srq,
 	.get_dma_mr = xiw_get_dma_mr,
 	.get_port_immutable = xiw_get_port_immutable,
+	.iw_add_ref = xiw_qp_add_ref,
+	.iw_get_qp = xiw_get_qp,
+	.iw_rem_ref = xiw_qp_rem_ref,
 	.modify_qp = xiw_modify_qp,
 	.poll_cq = xiw_poll_cq,
 	.post_recv = xiw_post_recv,
@@ -289,6 +422,7 @@ const struct ib_device_ops xiw_device_ops = {
 	.query_device = xiw_query_device,
 	.query_gid = xiw_query_gid,
 	.query_pkey = xiw_query_pkey,
+	.query_qp = xiw_query_qp,
 	.query_port = xiw_query_port,
 	.reg_user_mr = xiw_reg_user_mr,
 	.req_notify_cq = xiw_req_notify_cq,
@@ -296,5 +430,6 @@ const struct ib_device_ops xiw_device_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_cq, xiw_cq, base),
 	INIT_RDMA_OBJ_SIZE(ib_pd, xiw_pd, base),
 	INIT_RDMA_OBJ_SIZE(ib_qp, xiw_qp, base),
+	INIT_RDMA_OBJ_SIZE(ib_srq, xiw_srq, base),
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, xiw_ucontext, base),
 };

@@ -57,6 +57,15 @@ enum xiw_uverbs_cq_notify_attrs {
 	XIW_ATTR_CQ_NOTIFY_HANDLE = XIW_UVERBS_DRIVER_NS,
 };
 
+/*
+ * The driver data of CREATE_QP: the QP number the provider chose, which the
+ * module takes as the kernel's (so rdma_cm and the provider name it alike).
+ */
+struct xiw_create_qp_req {
+	__u32 qpn;
+	__u32 reserved;
+};
+
 /* A completion of a Send that asked for a solicited event (internal). */
 #define XIW_CQE_F_SOLICITED	0x80u
 

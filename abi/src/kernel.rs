@@ -14,6 +14,149 @@ pub struct CmdHdr {
     pub out_words: u16,
 }
 
+/// `IB_USER_VERBS_CMD_ALLOC_PD`.
+pub const CMD_ALLOC_PD: u32 = 3;
+/// `IB_USER_VERBS_CMD_DEALLOC_PD`.
+pub const CMD_DEALLOC_PD: u32 = 4;
+/// `IB_USER_VERBS_CMD_CREATE_QP`.
+pub const CMD_CREATE_QP: u32 = 24;
+/// `IB_USER_VERBS_CMD_MODIFY_QP`.
+pub const CMD_MODIFY_QP: u32 = 26;
+/// `IB_USER_VERBS_CMD_DESTROY_QP`.
+pub const CMD_DESTROY_QP: u32 = 27;
+/// `IB_USER_VERBS_CMD_CREATE_SRQ`.
+pub const CMD_CREATE_SRQ: u32 = 32;
+/// `IB_USER_VERBS_CMD_DESTROY_SRQ`.
+pub const CMD_DESTROY_SRQ: u32 = 35;
+
+/// `struct ib_uverbs_alloc_pd`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllocPd {
+    pub response: u64,
+}
+
+/// `struct ib_uverbs_alloc_pd_resp`; `struct ib_uverbs_dealloc_pd` is the
+/// same one handle.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PdHandle {
+    pub pd_handle: u32,
+}
+
+/// `struct ib_uverbs_create_qp`, then xiw's driver data: the QP number the
+/// provider chose (the module takes it as the kernel's QPN, so rdma_cm and
+/// the provider name the QP alike).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateQp {
+    pub response: u64,
+    pub user_handle: u64,
+    pub pd_handle: u32,
+    pub send_cq_handle: u32,
+    pub recv_cq_handle: u32,
+    pub srq_handle: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub sq_sig_all: u8,
+    pub qp_type: u8,
+    pub is_srq: u8,
+    pub reserved: u8,
+    /// xiw's `struct xiw_create_qp_req`.
+    pub req: CreateQpReq,
+}
+
+/// `struct xiw_create_qp_req` (`include/xiw_abi.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateQpReq {
+    pub qpn: u32,
+    pub reserved: u32,
+}
+
+/// `struct ib_uverbs_create_qp_resp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateQpResp {
+    pub qp_handle: u32,
+    pub qpn: u32,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub reserved: u32,
+}
+
+/// `struct ib_uverbs_modify_qp`, of which the provider sets only the state:
+/// the kernel's QP follows the provider's, for `rdma resource` and the
+/// connection manager.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ModifyQp {
+    /// `dest` and `alt_dest` (`struct ib_uverbs_qp_dest`), unused.
+    pub dests: [u8; 64],
+    pub qp_handle: u32,
+    pub attr_mask: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub qp_state: u8,
+    /// `cur_qp_state` to `alt_timeout`, and two reserved bytes, unused.
+    pub rest: [u8; 15],
+}
+
+/// `IB_QP_STATE`.
+pub const QP_STATE: u32 = 1;
+
+/// `struct ib_uverbs_destroy_qp` and `struct ib_uverbs_destroy_srq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DestroyObj {
+    pub response: u64,
+    pub handle: u32,
+    pub reserved: u32,
+}
+
+/// `struct ib_uverbs_destroy_qp_resp`, `struct ib_uverbs_destroy_srq_resp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DestroyObjResp {
+    pub events_reported: u32,
+}
+
+/// `struct ib_uverbs_create_srq`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateSrq {
+    pub response: u64,
+    pub user_handle: u64,
+    pub pd_handle: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ib_uverbs_create_srq_resp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateSrqResp {
+    pub srq_handle: u32,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srqn: u32,
+}
+
+/// `IB_QPT_RC`.
+pub const QPT_RC: u8 = 2;
+
 /// `IB_USER_VERBS_CMD_CREATE_CQ`.
 pub const CMD_CREATE_CQ: u32 = 18;
 /// `IB_USER_VERBS_CMD_DESTROY_CQ`.
@@ -109,5 +252,10 @@ const _: () = {
     assert!(size_of::<DestroyCq>() == 16);
     assert!(size_of::<DestroyCqResp>() == 8);
     assert!(size_of::<IoctlHdr>() == 24);
+    assert!(size_of::<CreateQp>() == 64);
+    assert!(size_of::<ModifyQp>() == 112);
+    assert!(size_of::<CreateQpResp>() == 32);
+    assert!(size_of::<CreateSrq>() == 32);
+    assert!(size_of::<CreateSrqResp>() == 16);
     assert!(size_of::<IoctlAttr>() == 16);
 };

@@ -63,6 +63,10 @@ fn c_header_matches_rust_layout() {
         ("struct xiw_send_wqe", size_of::<SendWqe>()),
         ("struct xiw_recv_wqe", size_of::<RecvWqe>()),
         ("struct xiw_cqe", size_of::<Cqe>()),
+        (
+            "struct xiw_create_qp_req",
+            size_of::<xiw_abi::kernel::CreateQpReq>(),
+        ),
     ] {
         checks.push((format!("sizeof({c})"), n as u64));
     }

@@ -1,13 +1,26 @@
 //! Kernel mode: the kernel's side of a device the xiw module registered,
 //! reached through the context's command fd (which libibverbs opened on the
-//! device's uverbs node and owns). The kernel keeps an object for each CQ,
-//! which carries its completion channel; the module's own method signals
-//! that channel when the provider completes work on an armed CQ.
+//! device's uverbs node and owns). The kernel keeps an object for each PD,
+//! CQ, SRQ and QP, as the RDMA core needs them (`rdma resource`, the
+//! connection manager finding a QP by number); a CQ's carries its completion
+//! channel, which the module's own method signals when the provider
+//! completes work on an armed CQ. The data path stays in the provider.
 
 use std::os::fd::RawFd;
 
 use xiw_abi::kernel::*;
 use xiw_abi::limits::DRIVER_ID;
+
+/// The kernel objects a QP is made of, by their kernel handles, and its sizes.
+#[derive(Clone, Copy)]
+pub struct QpObjects {
+    pub pd: u32,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub srq: Option<u32>,
+    pub caps: xiw_abi::verbs::ibv_qp_cap,
+    pub sq_sig_all: bool,
+}
 
 /// The command fd of a context on a kernel-registered device.
 #[derive(Clone, Copy, Debug)]
@@ -18,6 +31,110 @@ pub struct Kernel {
 impl Kernel {
     pub fn new(cmd_fd: RawFd) -> Kernel {
         Kernel { fd: cmd_fd }
+    }
+
+    /// A protection domain; its handle.
+    pub fn alloc_pd(&self) -> Result<u32, i32> {
+        let mut resp = PdHandle::default();
+        let cmd = AllocPd {
+            response: &mut resp as *mut PdHandle as u64,
+        };
+        self.write(CMD_ALLOC_PD, &cmd, size_of_val(&resp))?;
+        Ok(resp.pd_handle)
+    }
+
+    pub fn dealloc_pd(&self, handle: u32) -> Result<(), i32> {
+        self.write(CMD_DEALLOC_PD, &PdHandle { pd_handle: handle }, 0)
+    }
+
+    /// The kernel's object for QP `qpn` (the provider's number, which the
+    /// module takes), reported to events as `user_handle`; its handle.
+    pub fn create_qp(&self, user_handle: u64, qp: QpObjects, qpn: u32) -> Result<u32, i32> {
+        let mut resp = CreateQpResp::default();
+        let cmd = CreateQp {
+            response: &mut resp as *mut CreateQpResp as u64,
+            user_handle,
+            pd_handle: qp.pd,
+            send_cq_handle: qp.send_cq,
+            recv_cq_handle: qp.recv_cq,
+            srq_handle: qp.srq.unwrap_or(0),
+            max_send_wr: qp.caps.max_send_wr,
+            max_recv_wr: qp.caps.max_recv_wr,
+            max_send_sge: qp.caps.max_send_sge,
+            max_recv_sge: qp.caps.max_recv_sge,
+            max_inline_data: qp.caps.max_inline_data,
+            sq_sig_all: u8::from(qp.sq_sig_all),
+            qp_type: QPT_RC,
+            is_srq: u8::from(qp.srq.is_some()),
+            reserved: 0,
+            req: CreateQpReq { qpn, reserved: 0 },
+        };
+        self.write(CMD_CREATE_QP, &cmd, size_of_val(&resp))?;
+        if resp.qpn != qpn {
+            // The module took another number: the QP is not usable as named.
+            let _ = self.destroy(CMD_DESTROY_QP, resp.qp_handle);
+            return Err(libc::EPROTO);
+        }
+        Ok(resp.qp_handle)
+    }
+
+    /// Tells the kernel's QP the state the provider's moved to.
+    pub fn modify_qp_state(&self, handle: u32, state: u32) -> Result<(), i32> {
+        let cmd = ModifyQp {
+            dests: [0; 64],
+            qp_handle: handle,
+            attr_mask: QP_STATE,
+            qkey: 0,
+            rq_psn: 0,
+            sq_psn: 0,
+            dest_qp_num: 0,
+            qp_access_flags: 0,
+            pkey_index: 0,
+            alt_pkey_index: 0,
+            qp_state: state as u8,
+            rest: [0; 15],
+        };
+        self.write(CMD_MODIFY_QP, &cmd, 0)
+    }
+
+    pub fn destroy_qp(&self, handle: u32) -> Result<(), i32> {
+        self.destroy(CMD_DESTROY_QP, handle).map(|_| ())
+    }
+
+    /// A shared receive queue of PD `pd`; its handle.
+    pub fn create_srq(
+        &self,
+        user_handle: u64,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<u32, i32> {
+        let mut resp = CreateSrqResp::default();
+        let cmd = CreateSrq {
+            response: &mut resp as *mut CreateSrqResp as u64,
+            user_handle,
+            pd_handle: pd,
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+        };
+        self.write(CMD_CREATE_SRQ, &cmd, size_of_val(&resp))?;
+        Ok(resp.srq_handle)
+    }
+
+    pub fn destroy_srq(&self, handle: u32) -> Result<(), i32> {
+        self.destroy(CMD_DESTROY_SRQ, handle).map(|_| ())
+    }
+
+    fn destroy(&self, command: u32, handle: u32) -> Result<u32, i32> {
+        let mut resp = DestroyObjResp::default();
+        let cmd = DestroyObj {
+            response: &mut resp as *mut DestroyObjResp as u64,
+            handle,
+            reserved: 0,
+        };
+        self.write(command, &cmd, size_of_val(&resp))?;
+        Ok(resp.events_reported)
     }
 
     /// The kernel's object for a CQ whose completion events report

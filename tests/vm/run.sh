@@ -95,12 +95,15 @@ provider=/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
 needs=$(awk '/^# needs:/ { sub(/^# needs:/, ""); print }' "$script")
 # shellcheck disable=SC2206 # a list of paths without spaces
 extra=($needs)
-for f in "${bins[@]}" "$provider" "$@" "${extra[@]}"; do
+for f in "${bins[@]}" "$provider" "${extra[@]}"; do
     copy_with_libs "$f"
 done
+# The programs given here go to /usr/local/bin (their own paths may be
+# under /tmp, which the guest mounts afresh).
 mkdir -p "$ir/usr/local/bin"
 for f in "$@"; do
-    ln -sf "$(readlink -f "$f")" "$ir/usr/local/bin/$(basename "$f")"
+    copy_with_libs "$f"
+    cp "$(readlink -f "$f")" "$ir/usr/local/bin/$(basename "$f")"
 done
 copy /usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
 mkdir -p "$ir/etc/libibverbs.d"

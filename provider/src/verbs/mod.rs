@@ -104,6 +104,8 @@ pub struct XiwPd {
     /// A parent domain's objects (QPs, MRs, SRQs, CQs) made through it: it
     /// may not go before them either (a plain PD's are counted by its id).
     pub uses: AtomicU32,
+    /// Kernel mode: the handle of the kernel's PD (a parent domain's PD's).
+    pub kernel: Option<u32>,
 }
 
 /// Counts an object made (`up`) or destroyed through `pd`, if `pd` is a
@@ -161,12 +163,16 @@ pub struct XiwQp {
     /// section (ibv_wr_post(3), CONCURRENCY) and the batch built inside it.
     section: Mutex<Section>,
     section_free: Condvar,
+    /// Kernel mode: the handle of the kernel's QP.
+    kernel: Option<u32>,
 }
 
 #[repr(C)]
 pub struct XiwSrq {
     pub vsrq: verbs_srq,
     pub srq: Arc<Srq>,
+    /// Kernel mode: the handle of the kernel's SRQ.
+    pub kernel: Option<u32>,
 }
 
 /// # Safety

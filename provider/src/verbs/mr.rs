@@ -10,16 +10,22 @@ pub(super) unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
         // SAFETY: ctx is ours.
         let sh = unsafe { shared(ctx) };
         let id = sh.next_id();
+        // Kernel mode: the kernel's PD too, which its QPs and SRQs name.
+        let kernel = match sh.kernel.map(|k| k.alloc_pd()).transpose() {
+            Ok(k) => k,
+            Err(e) => return null_err(e),
+        };
         let pd = Box::new(XiwPd {
             ibv: ibv_pd {
                 context: ctx,
-                handle: id,
+                handle: kernel.unwrap_or(id),
             },
             id,
             parent: ptr::null_mut(),
             td: ptr::null_mut(),
             children: AtomicU32::new(0),
             uses: AtomicU32::new(0),
+            kernel,
         });
         Box::into_raw(pd) as *mut ibv_pd
     })
@@ -112,6 +118,7 @@ pub(super) unsafe extern "C" fn alloc_parent_domain(
             td,
             children: AtomicU32::new(0),
             uses: AtomicU32::new(0),
+            kernel: parent.kernel,
         });
         Box::into_raw(pd) as *mut ibv_pd
     })
@@ -150,6 +157,11 @@ pub(super) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
                 format_args!("dealloc_pd: still in use ({mrs} MRs, QPs: {qps})"),
             );
             return libc::EBUSY;
+        }
+        if let (Some(k), Some(h)) = (sh.kernel, p.kernel) {
+            if let Err(e) = k.dealloc_pd(h) {
+                return e;
+            }
         }
         // SAFETY: allocated by alloc_pd with Box; the application hands it back once.
         drop(unsafe { Box::from_raw(pd as *mut XiwPd) });

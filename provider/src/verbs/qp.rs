@@ -172,6 +172,7 @@ pub(super) fn new_qp(
         qp: q.clone(),
         section: Mutex::new(Section::default()),
         section_free: Condvar::new(),
+        kernel: None,
     }));
     // SAFETY: b is fresh; its pthread objects are initialised before anyone uses them.
     unsafe {
@@ -184,6 +185,41 @@ pub(super) fn new_qp(
             &mut base.cond as *mut _ as *mut libc::pthread_cond_t,
             ptr::null(),
         );
+    }
+    // Kernel mode: the kernel's QP, under the provider's number (what the
+    // connection manager finds it by), made of the kernel's PD, CQs and SRQ.
+    if let Some(k) = sh.kernel {
+        // SAFETY: the caller's SRQ, checked to be ours above.
+        let srq_k = (!a.srq.is_null()).then(|| unsafe { srq_of(a.srq) }.kernel);
+        let objects = (|| {
+            Some(crate::kernel::QpObjects {
+                pd: p.kernel?,
+                send_cq: scq.cq.kernel_handle()?,
+                recv_cq: rcq.cq.kernel_handle()?,
+                srq: match srq_k {
+                    Some(h) => Some(h?),
+                    None => None,
+                },
+                caps: *c,
+                sq_sig_all: a.sq_sig_all != 0,
+            })
+        })();
+        let made = match objects {
+            Some(o) => k.create_qp(b as u64, o, qpn),
+            None => Err(libc::EINVAL),
+        };
+        match made {
+            // SAFETY: b is fresh, not yet handed out.
+            Ok(h) => unsafe {
+                (*b).kernel = Some(h);
+                (*(*b).vqp.u.qp_ex).qp_base.handle = h;
+            },
+            Err(e) => {
+                // SAFETY: b is fresh, not yet handed out; freed once, here.
+                drop(unsafe { Box::from_raw(b) });
+                return Err(e);
+            }
+        }
     }
     q.handle.store(b as usize, Ordering::Release);
     sh.register_qp(q.qpn, q);
@@ -248,6 +284,11 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         }
         // SAFETY: ours.
         let (x, sh) = unsafe { (qp_of(qp), shared((*qp).context)) };
+        if let (Some(k), Some(h)) = (sh.kernel, x.kernel) {
+            if let Err(e) = k.destroy_qp(h) {
+                return e;
+            }
+        }
         // SAFETY: the QP's PD, as create_qp recorded it.
         unsafe { domain_use((*qp).pd, false) };
         let q = &x.qp;
@@ -300,6 +341,13 @@ pub(super) unsafe extern "C" fn modify_qp(
             Ok(state) => {
                 // SAFETY: our ibv_qp; the state field mirrors the QP's.
                 unsafe { (*qp).state = state };
+                // Kernel mode: the kernel's QP follows (`rdma resource`); the
+                // provider's QP is what carries the state.
+                if let (Some(k), Some(h)) = (x.qp.sh.kernel, x.kernel) {
+                    if mask as u32 & IBV_QP_STATE != 0 {
+                        let _ = k.modify_qp_state(h, state);
+                    }
+                }
                 0
             }
             Err(e) => e,

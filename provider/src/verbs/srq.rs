@@ -29,7 +29,27 @@ pub(super) fn new_srq(
     v.srq.pd = pd;
     v.srq.handle = id;
     v.srq_type = IBV_SRQT_BASIC;
-    let b = Box::into_raw(Box::new(XiwSrq { vsrq: v, srq }));
+    let (max_wr, max_sge) = (attr.max_wr, attr.max_sge);
+    let b = Box::into_raw(Box::new(XiwSrq {
+        vsrq: v,
+        srq,
+        kernel: None,
+    }));
+    // Kernel mode: the kernel's SRQ, which QPs on it name.
+    if let (Some(k), Some(pd)) = (sh.kernel, p.kernel) {
+        match k.create_srq(b as u64, pd, max_wr, max_sge) {
+            // SAFETY: b is fresh, not yet handed out.
+            Ok(h) => unsafe {
+                (*b).kernel = Some(h);
+                (*b).vsrq.srq.handle = h;
+            },
+            Err(e) => {
+                // SAFETY: as above; freed once, here.
+                drop(unsafe { Box::from_raw(b) });
+                return Err(e);
+            }
+        }
+    }
     // SAFETY: b is fresh; the pthread objects are initialised in place before use.
     unsafe {
         libc::pthread_mutex_init(
@@ -141,6 +161,11 @@ pub(super) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
         let (s, sh) = unsafe { (srq_of(srq), shared((*srq).context)) };
         if Arc::strong_count(&s.srq) > 1 {
             return libc::EBUSY;
+        }
+        if let (Some(k), Some(h)) = (sh.kernel, s.kernel) {
+            if let Err(e) = k.destroy_srq(h) {
+                return e;
+            }
         }
         sh.set_handle(s.srq.id, 0);
         // SAFETY: the SRQ's PD, as create_srq recorded it.
