@@ -137,6 +137,16 @@ static int xiw_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata)
 	return 0;
 }
 
+/*
+ * The device is going while a process still has it open (`rdma link
+ * delete`, the netdev removed, rmmod): the core cuts the process off from
+ * the device, and its objects are destroyed. The module has no mappings or
+ * hardware to take back, so removal need not wait for the process to exit.
+ */
+static void xiw_disassociate_ucontext(struct ib_ucontext *uctx)
+{
+}
+
 static void xiw_dealloc_ucontext(struct ib_ucontext *uctx)
 {
 	struct xiw_device *xdev = to_xdev(uctx->device);
@@ -410,6 +420,7 @@ const struct ib_device_ops xiw_device_ops = {
 	.destroy_cq = xiw_destroy_cq,
 	.destroy_qp = xiw_destroy_qp,
 	.destroy_srq = xiw_destroy_srq,
+	.disassociate_ucontext = xiw_disassociate_ucontext,
 	.get_dma_mr = xiw_get_dma_mr,
 	.get_port_immutable = xiw_get_port_immutable,
 	.iw_add_ref = xiw_qp_add_ref,

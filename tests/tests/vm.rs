@@ -100,10 +100,11 @@ fn the_module_is_checkpatch_clean() {
     );
 }
 
-/// `rdma link add/show/delete`, the port following its netdev, the
-/// netdev's hardware address as GID, `ibv_devices` and `ibv_devinfo`
-/// opening the device through the kernel, removal with the netdev and
-/// `rmmod` with a device present.
+/// `rdma link add/show/delete`, the port following its netdev, the GIDs
+/// (IPv4 address, hardware address) following the netdev, `ibv_devices` and
+/// `ibv_devinfo` opening the device through the kernel, removal with the
+/// netdev, `rmmod` with a device present, and `rdma link delete` and `rmmod`
+/// while a process holds the device open.
 #[test]
 fn a_device_is_added_seen_and_removed_in_the_guest() {
     let _g = serial();

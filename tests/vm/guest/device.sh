@@ -47,4 +47,22 @@ check "no device after rmmod" "[ -z \"\$(ls /sys/class/infiniband)\" ]"
 check "the module loads again" "insmod /lib/modules/xiw.ko"
 check "removing the netdev removes the device" "ip link add dummy9 type dummy && rdma link add xiw9 type xiw netdev dummy9 && ip link del dummy9 && sleep 1 && [ -z \"\$(ls /sys/class/infiniband)\" ]"
 check "rmmod" "rmmod xiw"
+
+# A process holding the device open does not keep it: link delete and rmmod
+# cut it off (it goes on running) instead of waiting for it.
+insmod /lib/modules/xiw.ko
+rdma link add xiw0 type xiw netdev dummy0
+ibv_rc_pingpong -d xiw0 -g 0 >/tmp/held 2>&1 &
+held=$!
+sleep 1
+check "rdma link delete with a process holding the device" "timeout 20 rdma link delete xiw0"
+check "the process was cut off, not killed" "kill -0 $held"
+rdma link add xiw0 type xiw netdev dummy0
+ibv_rc_pingpong -d xiw0 -g 0 >/tmp/held2 2>&1 &
+held2=$!
+sleep 1
+check "rmmod with a process holding the device" "timeout 20 rmmod xiw"
+kill -9 $held $held2
+wait
+check "no module left" "! lsmod | grep -q '^xiw '"
 exit $fails
