@@ -179,9 +179,17 @@ static int xiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
  * Queues, completion queues and memory live in the provider: kernel
  * consumers cannot have them.
  */
+#ifdef XIW_CREATE_CQ_ATTRS
+/* Newer kernels pass the whole attribute bundle (Kbuild tells). */
+static int xiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
+			 struct uverbs_attr_bundle *attrs)
+{
+	struct ib_udata *udata = attrs ? &attrs->driver_udata : NULL;
+#else
 static int xiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
 			 struct ib_udata *udata)
 {
+#endif
 	struct xiw_device *xdev = to_xdev(cq->device);
 
 	if (!udata || attr->flags)

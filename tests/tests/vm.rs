@@ -28,7 +28,7 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// The unpacked Debian kernel (`tests/vm/kernel.sh`).
+/// The unpacked Debian 12 kernel (`tests/vm/kernel.sh`).
 fn kernel_root() -> PathBuf {
     let out = Command::new("bash")
         .arg(repo().join("tests/vm/kernel.sh"))
@@ -43,8 +43,13 @@ fn kernel_root() -> PathBuf {
 }
 
 /// Boots the guest with `script` (and the C test `programs` of `tests/c/`)
-/// and checks that every one of its checks passed.
+/// and checks that every one of its checks passed. Debian 12's kernel.
 fn guest(script: &str, programs: &[&str]) -> String {
+    guest_on("bookworm", script, programs)
+}
+
+/// As [`guest`], on the kernel of Debian release `suite`.
+fn guest_on(suite: &str, script: &str, programs: &[&str]) -> String {
     let path = repo().join("tests/vm/guest").join(script);
     let checks = std::fs::read_to_string(&path)
         .expect("reading the guest script")
@@ -52,6 +57,7 @@ fn guest(script: &str, programs: &[&str]) -> String {
         .filter(|l| l.trim_start().starts_with("check \""))
         .count();
     let out = Command::new("bash")
+        .env("XIW_VM_SUITE", suite)
         .arg(repo().join("tests/vm/run.sh"))
         .arg(&path)
         .args(programs.iter().map(|p| program(p)))
@@ -65,7 +71,7 @@ fn guest(script: &str, programs: &[&str]) -> String {
     let passed = console.lines().filter(|l| l.starts_with("ok: ")).count();
     assert!(
         out.status.success() && failed.is_empty() && passed == checks,
-        "guest {script}: exit {:?}, {passed} of {checks} checks passed, failed: {failed:?}\n\
+        "guest {script} ({suite}): exit {:?}, {passed} of {checks} checks passed, failed: {failed:?}\n\
          --- console ---\n{console}\n--- run.sh ---\n{}",
         out.status.code(),
         String::from_utf8_lossy(&out.stderr)
@@ -119,6 +125,19 @@ fn a_device_is_added_seen_and_removed_in_the_guest() {
 fn modify_qp_programs_and_completion_channels_in_the_guest() {
     let _g = serial();
     guest("modify_qp.sh", &["xiw_channel"]);
+}
+
+/// Debian 13's kernel (6.12): the module builds for it (in the Debian 13
+/// chroot, with its compiler), loads, makes a device that a program with
+/// completion events runs on, and unloads.
+#[test]
+fn debian_13_kernel_smoke() {
+    let _g = serial();
+    let console = guest_on("trixie", "smoke.sh", &[]);
+    assert!(
+        console.contains("kernel 6.12."),
+        "not Debian 13's 6.12 kernel:\n{console}"
+    );
 }
 
 /// Standalone mode has no completion channels: a CQ with one is refused

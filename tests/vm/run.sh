@@ -13,15 +13,16 @@
 #                 `# needs: FILE...` lines name more
 #
 # The provider must be installed on the host first (pkg/install.sh): the
-# guest gets the same files. Environment: XIW_VM_TIMEOUT (seconds, default
-# 600), XIW_VM_KEEP=1 keeps the work directory.
+# guest gets the same files. Environment: XIW_VM_SUITE (bookworm, the
+# default: Debian 12's kernel; trixie: Debian 13's), XIW_VM_TIMEOUT (seconds,
+# default 600), XIW_VM_KEEP=1 keeps the work directory.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 script=${1:?usage: run.sh GUEST_SCRIPT [FILE...]}
 shift
 
-root=$(bash "$repo/tests/vm/kernel.sh" bookworm)
+root=$(bash "$repo/tests/vm/kernel.sh" "${XIW_VM_SUITE:-bookworm}")
 kver=$(basename "$root")
 modroot=$root/lib/modules/$kver
 
@@ -32,11 +33,25 @@ fi
 
 # The module, built against the guest kernel's headers (out of the source
 # tree, which stays clean).
+# A kernel of another Debian release is built for in that release's chroot.
+chroot_dir=
+if [[ -f $root/.chroot ]]; then
+    chroot_dir=$(cat "$root/.chroot")
+fi
+src=$chroot_dir/tmp/xiw-module.$$
+rm -rf "$src"
+mkdir -p "$src/build" "$src/abi/include"
+cp "$repo"/kernel-shim/{Kbuild,Makefile,*.c,*.h} "$src/build/"
+cp "$repo/abi/include/xiw_abi.h" "$src/abi/include/"
+if [[ -n $chroot_dir ]]; then
+    chroot "$chroot_dir" make -s -C "${root#"$chroot_dir"}/usr/src/linux-headers-$kver" \
+        M="${src#"$chroot_dir"}/build" modules >&2
+else
+    make -s -C "$root/usr/src/linux-headers-$kver" M="$src/build" modules >&2
+fi
 mkdir -p "$work/build"
-cp "$repo"/kernel-shim/{Kbuild,Makefile,*.c,*.h} "$work/build/"
-mkdir -p "$work/abi/include"
-cp "$repo/abi/include/xiw_abi.h" "$work/abi/include/"
-make -s -C "$root/usr/src/linux-headers-$kver" M="$work/build" modules >&2
+cp "$src/build/xiw.ko" "$work/build/"
+rm -rf "$src"
 
 ir=$work/initrd
 mkdir -p "$ir"/{bin,dev,proc,sys,tmp,run,etc,lib64}
@@ -57,15 +72,20 @@ want() {
     order+=("$m")
 }
 for m in ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm dummy; do
-    path=$(awk -F: -v m="$m" '{ n = $1; sub(/.*\//, "", n); sub(/\.ko$/, "", n) } n == m { print $1; exit }' "$modroot/modules.dep")
+    path=$(awk -F: -v m="$m" '{ n = $1; sub(/.*\//, "", n); sub(/\.ko(\.xz)?$/, "", n) } n == m { print $1; exit }' "$modroot/modules.dep")
     [[ -n $path ]] || { echo "run.sh: no module $m in $kver" >&2; exit 1; }
     want "$path"
 done
 mkdir -p "$ir/lib/modules"
 : >"$ir/modules.list"
 for m in "${order[@]}"; do
-    cp "$modroot/$m" "$ir/lib/modules/"
-    basename "$m" >>"$ir/modules.list"
+    # busybox's insmod takes plain modules: Debian 13's are xz-compressed.
+    name=$(basename "$m" .xz)
+    case $m in
+    *.xz) xz -dc "$modroot/$m" >"$ir/lib/modules/$name" ;;
+    *) cp "$modroot/$m" "$ir/lib/modules/" ;;
+    esac
+    echo "$name" >>"$ir/modules.list"
 done
 cp "$work/build/xiw.ko" "$ir/lib/modules/"
 echo xiw.ko >>"$ir/modules.list"

@@ -1,0 +1,18 @@
+# Guest, on any kernel the module is built for (the Debian 13 kernel run
+# uses it): load, device, a program with completion events, removal.
+# Prints "ok: ..." or "FAIL: ..." per check; exits with the failures.
+fails=0
+check() {
+    if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
+}
+echo "kernel $(uname -r)"
+check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
+check "ibv_devinfo: xiw0, iWARP, port active" \
+    "ibv_devinfo -d xiw0 >/tmp/devinfo 2>&1 && grep -q 'transport:.*iWARP' /tmp/devinfo && grep -q PORT_ACTIVE /tmp/devinfo"
+check "ibv_rc_pingpong with completion events (-e), data checked" \
+    "ibv_rc_pingpong -d xiw0 -g 0 -e -c -n 200 >/tmp/server 2>&1 & sleep 1;
+     timeout 60 ibv_rc_pingpong -d xiw0 -g 0 -e -c -n 200 10.77.0.1 >/tmp/client 2>&1; c=\$?;
+     wait; [ \$c -eq 0 ] && grep -q '200 iters' /tmp/client && grep -q '200 iters' /tmp/server"
+check "rdma link delete xiw0" "rdma link delete xiw0"
+check "rmmod" "rmmod xiw"
+exit $fails
