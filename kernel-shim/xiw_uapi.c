@@ -29,16 +29,138 @@ static int UVERBS_HANDLER(XIW_METHOD_CQ_NOTIFY)(struct uverbs_attr_bundle *attrs
 	return 0;
 }
 
+/* The event the provider asks for, if it is one its kind of object has. */
+static int xiw_event_type(struct uverbs_attr_bundle *attrs,
+			  const enum ib_event_type *allowed, int n, u32 *type)
+{
+	int i, rv;
+
+	rv = uverbs_get_const(type, attrs, XIW_ATTR_EVENT_TYPE);
+	if (rv)
+		return rv;
+	for (i = 0; i < n; i++)
+		if (*type == allowed[i])
+			return 0;
+	return -EINVAL;
+}
+
+static const enum ib_event_type xiw_qp_events[] = {
+	IB_EVENT_QP_FATAL, IB_EVENT_QP_REQ_ERR, IB_EVENT_QP_ACCESS_ERR,
+	IB_EVENT_COMM_EST, IB_EVENT_SQ_DRAINED, IB_EVENT_QP_LAST_WQE_REACHED,
+};
+
+static const enum ib_event_type xiw_cq_events[] = { IB_EVENT_CQ_ERR };
+
+static const enum ib_event_type xiw_srq_events[] = {
+	IB_EVENT_SRQ_ERR, IB_EVENT_SRQ_LIMIT_REACHED,
+};
+
+static int UVERBS_HANDLER(XIW_METHOD_QP_EVENT)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_qp *qp = uverbs_attr_get_obj(attrs, XIW_ATTR_EVENT_HANDLE);
+	struct ib_event ev = {};
+	u32 type;
+	int rv;
+
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
+	rv = xiw_event_type(attrs, xiw_qp_events, ARRAY_SIZE(xiw_qp_events),
+			    &type);
+	if (rv)
+		return rv;
+	ev.device = qp->device;
+	ev.element.qp = qp;
+	ev.event = type;
+	if (qp->event_handler)
+		qp->event_handler(&ev, qp->qp_context);
+	return 0;
+}
+
+static int UVERBS_HANDLER(XIW_METHOD_CQ_EVENT)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_cq *cq = uverbs_attr_get_obj(attrs, XIW_ATTR_EVENT_HANDLE);
+	struct ib_event ev = {};
+	u32 type;
+	int rv;
+
+	if (IS_ERR(cq))
+		return PTR_ERR(cq);
+	rv = xiw_event_type(attrs, xiw_cq_events, ARRAY_SIZE(xiw_cq_events),
+			    &type);
+	if (rv)
+		return rv;
+	ev.device = cq->device;
+	ev.element.cq = cq;
+	ev.event = type;
+	if (cq->event_handler)
+		cq->event_handler(&ev, cq->cq_context);
+	return 0;
+}
+
+static int UVERBS_HANDLER(XIW_METHOD_SRQ_EVENT)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_srq *srq = uverbs_attr_get_obj(attrs, XIW_ATTR_EVENT_HANDLE);
+	struct ib_event ev = {};
+	u32 type;
+	int rv;
+
+	if (IS_ERR(srq))
+		return PTR_ERR(srq);
+	rv = xiw_event_type(attrs, xiw_srq_events, ARRAY_SIZE(xiw_srq_events),
+			    &type);
+	if (rv)
+		return rv;
+	ev.device = srq->device;
+	ev.element.srq = srq;
+	ev.event = type;
+	if (srq->event_handler)
+		srq->event_handler(&ev, srq->srq_context);
+	return 0;
+}
+
 DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_CQ_NOTIFY,
 			    UVERBS_ATTR_IDR(XIW_ATTR_CQ_NOTIFY_HANDLE,
 					    UVERBS_OBJECT_CQ,
 					    UVERBS_ACCESS_READ,
 					    UA_MANDATORY));
 
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_CQ_EVENT,
+			    UVERBS_ATTR_IDR(XIW_ATTR_EVENT_HANDLE,
+					    UVERBS_OBJECT_CQ,
+					    UVERBS_ACCESS_READ,
+					    UA_MANDATORY),
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_EVENT_TYPE, u32,
+						 UA_MANDATORY));
+
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_QP_EVENT,
+			    UVERBS_ATTR_IDR(XIW_ATTR_EVENT_HANDLE,
+					    UVERBS_OBJECT_QP,
+					    UVERBS_ACCESS_READ,
+					    UA_MANDATORY),
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_EVENT_TYPE, u32,
+						 UA_MANDATORY));
+
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_SRQ_EVENT,
+			    UVERBS_ATTR_IDR(XIW_ATTR_EVENT_HANDLE,
+					    UVERBS_OBJECT_SRQ,
+					    UVERBS_ACCESS_READ,
+					    UA_MANDATORY),
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_EVENT_TYPE, u32,
+						 UA_MANDATORY));
+
 ADD_UVERBS_METHODS(xiw_cq_methods, UVERBS_OBJECT_CQ,
-		   &UVERBS_METHOD(XIW_METHOD_CQ_NOTIFY));
+		   &UVERBS_METHOD(XIW_METHOD_CQ_NOTIFY),
+		   &UVERBS_METHOD(XIW_METHOD_CQ_EVENT));
+
+ADD_UVERBS_METHODS(xiw_qp_methods, UVERBS_OBJECT_QP,
+		   &UVERBS_METHOD(XIW_METHOD_QP_EVENT));
+
+ADD_UVERBS_METHODS(xiw_srq_methods, UVERBS_OBJECT_SRQ,
+		   &UVERBS_METHOD(XIW_METHOD_SRQ_EVENT));
 
 const struct uapi_definition xiw_uapi_defs[] = {
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_CQ, &xiw_cq_methods),
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_QP, &xiw_qp_methods),
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_SRQ, &xiw_srq_methods),
 	{},
 };

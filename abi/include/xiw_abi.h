@@ -51,10 +51,31 @@ typedef uint64_t __u64;
 
 enum xiw_uverbs_cq_methods {
 	XIW_METHOD_CQ_NOTIFY = XIW_UVERBS_DRIVER_NS,
+	XIW_METHOD_CQ_EVENT,
 };
 
 enum xiw_uverbs_cq_notify_attrs {
 	XIW_ATTR_CQ_NOTIFY_HANDLE = XIW_UVERBS_DRIVER_NS,
+};
+
+/*
+ * QP_EVENT, CQ_EVENT, SRQ_EVENT: the provider found an async event of its
+ * object (the QP failed, the CQ overran, the SRQ reached its limit); the
+ * module raises it on the kernel's object, so it reaches the context's async
+ * event fd. Attributes: the object's handle and the event (enum
+ * ib_event_type, which is enum ibv_event_type's numbering).
+ */
+enum xiw_uverbs_qp_methods {
+	XIW_METHOD_QP_EVENT = XIW_UVERBS_DRIVER_NS,
+};
+
+enum xiw_uverbs_srq_methods {
+	XIW_METHOD_SRQ_EVENT = XIW_UVERBS_DRIVER_NS,
+};
+
+enum xiw_uverbs_event_attrs {
+	XIW_ATTR_EVENT_HANDLE = XIW_UVERBS_DRIVER_NS,
+	XIW_ATTR_EVENT_TYPE,
 };
 
 /*

@@ -243,6 +243,17 @@ pub const DRIVER_NS: u16 = 1 << 12;
 pub const METHOD_CQ_NOTIFY: u16 = DRIVER_NS;
 /// Its one attribute: the CQ's handle.
 pub const ATTR_CQ_NOTIFY_HANDLE: u16 = DRIVER_NS;
+/// `UVERBS_OBJECT_QP`, `UVERBS_OBJECT_SRQ`.
+pub const OBJECT_QP: u16 = 4;
+pub const OBJECT_SRQ: u16 = 5;
+/// The module's methods raising an async event the provider found on its
+/// QP, CQ or SRQ (on the kernel's object, so it reaches the async event fd).
+pub const METHOD_QP_EVENT: u16 = DRIVER_NS;
+pub const METHOD_CQ_EVENT: u16 = DRIVER_NS + 1;
+pub const METHOD_SRQ_EVENT: u16 = DRIVER_NS;
+/// Their attributes: the object's handle, and the event (`ibv_event_type`).
+pub const ATTR_EVENT_HANDLE: u16 = DRIVER_NS;
+pub const ATTR_EVENT_TYPE: u16 = DRIVER_NS + 1;
 
 const _: () = {
     use core::mem::size_of;

@@ -12,6 +12,7 @@ use xiw_abi::verbs::*;
 use xiw_engine::queue1::Inbound;
 
 use crate::devinfo::DeviceInfo;
+use crate::kernel::EventObject;
 use crate::mem::MrTable;
 use crate::sock::Request;
 
@@ -689,7 +690,35 @@ impl Shared {
     /// Raises `event` for the QP whose `ibv_qp` is in `handle` (0 once destroyed).
     pub fn qp_event(&self, handle: &std::sync::atomic::AtomicUsize, event: u32) {
         if event != NO_EVENT {
-            self.events.post(|| handle.load(Ordering::Acquire), event);
+            self.raise(EventObject::Qp, || handle.load(Ordering::Acquire), event);
+        }
+    }
+
+    /// Raises `event` on the object `element` names (0: gone): through the
+    /// provider's own async fd, or in kernel mode on the kernel's object
+    /// (whose handle the object's verbs struct holds), which reaches the
+    /// kernel's async fd.
+    fn raise(&self, kind: EventObject, element: impl FnOnce() -> usize, event: u32) {
+        let Some(k) = self.kernel else {
+            return self.events.post(element, event);
+        };
+        // Read under the queue's lock, which a destroy takes before the
+        // object is freed.
+        let handle = self.events.locked(|| {
+            let p = element();
+            // SAFETY: a live object of this context (not yet retired): its
+            // verbs struct, whose handle is the kernel's in kernel mode.
+            (p != 0).then(|| unsafe {
+                match kind {
+                    EventObject::Qp => (*(p as *const ibv_qp)).handle,
+                    EventObject::Cq => (*(p as *const ibv_cq)).handle,
+                    EventObject::Srq => (*(p as *const ibv_srq)).handle,
+                }
+            })
+        });
+        if let Some(h) = handle {
+            // A destroy that got there first: no object left to tell.
+            let _ = k.raise_event(kind, h, event);
         }
     }
 
@@ -737,12 +766,15 @@ impl Shared {
 
     pub fn cq_overflow(&self, cq_id: u32) {
         crate::log::warn(&self.log, format_args!("completion queue overrun"));
-        self.events.post(|| self.handle(cq_id), IBV_EVENT_CQ_ERR);
+        self.raise(EventObject::Cq, || self.handle(cq_id), IBV_EVENT_CQ_ERR);
     }
 
     pub fn srq_limit_event(&self, srq_id: u32) {
-        self.events
-            .post(|| self.handle(srq_id), IBV_EVENT_SRQ_LIMIT_REACHED);
+        self.raise(
+            EventObject::Srq,
+            || self.handle(srq_id),
+            IBV_EVENT_SRQ_LIMIT_REACHED,
+        );
     }
 }
 

@@ -214,7 +214,12 @@ unsafe extern "C" fn alloc_context(
         unsafe {
             (*ctx).sh = Arc::into_raw(sh);
             (*ctx).progress = Box::into_raw(Box::new(thread));
-            (*ctx).vctx.context.async_fd = async_r.into_raw_fd();
+            // Kernel mode: libibverbs asks the kernel for the async event fd
+            // (async_fd stays -1), which the module raises the provider's
+            // events on; the provider's own is for standalone mode.
+            if !kernel {
+                (*ctx).vctx.context.async_fd = async_r.into_raw_fd();
+            }
             (*ctx).vctx.context.num_comp_vectors = crate::verbs::COMP_VECTORS;
             (lib.set_ops)(vctx, ops.as_ptr());
             vctx

@@ -103,6 +103,13 @@ impl Events {
         }
     }
 
+    /// Runs `f` under the queue's lock, which [`Events::retire`] takes too (so
+    /// an object `f` finds is not destroyed before `f` returns).
+    pub fn locked<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _st = self.lock();
+        f()
+    }
+
     /// libibverbs read this event (the provider's `async_event` op): count it
     /// as delivered and put the next one in the socket.
     pub fn read_by_app(&self, element: u64, event_type: u32) {

@@ -97,8 +97,10 @@ impl Kernel {
         self.write(CMD_MODIFY_QP, &cmd, 0)
     }
 
-    pub fn destroy_qp(&self, handle: u32) -> Result<(), i32> {
-        self.destroy(CMD_DESTROY_QP, handle).map(|_| ())
+    /// Destroys the kernel's QP `handle`; how many async events the kernel
+    /// reported for it (the application acknowledges as many first).
+    pub fn destroy_qp(&self, handle: u32) -> Result<u32, i32> {
+        self.destroy(CMD_DESTROY_QP, handle)
     }
 
     /// A shared receive queue of PD `pd`; its handle.
@@ -122,8 +124,9 @@ impl Kernel {
         Ok(resp.srq_handle)
     }
 
-    pub fn destroy_srq(&self, handle: u32) -> Result<(), i32> {
-        self.destroy(CMD_DESTROY_SRQ, handle).map(|_| ())
+    /// As [`Kernel::destroy_qp`], for an SRQ.
+    pub fn destroy_srq(&self, handle: u32) -> Result<u32, i32> {
+        self.destroy(CMD_DESTROY_SRQ, handle)
     }
 
     fn destroy(&self, command: u32, handle: u32) -> Result<u32, i32> {
@@ -160,10 +163,10 @@ impl Kernel {
         Ok(resp.cq_handle)
     }
 
-    /// Destroys the kernel's CQ `handle`; how many completion events the
-    /// kernel reported for it (the application acknowledges as many before
-    /// the CQ may go).
-    pub fn destroy_cq(&self, handle: u32) -> Result<u32, i32> {
+    /// Destroys the kernel's CQ `handle`; how many completion events and
+    /// async events the kernel reported for it (the application acknowledges
+    /// as many before the CQ may go).
+    pub fn destroy_cq(&self, handle: u32) -> Result<(u32, u32), i32> {
         let mut resp = DestroyCqResp::default();
         let cmd = DestroyCq {
             response: &mut resp as *mut DestroyCqResp as u64,
@@ -171,32 +174,56 @@ impl Kernel {
             reserved: 0,
         };
         self.write(CMD_DESTROY_CQ, &cmd, size_of_val(&resp))?;
-        Ok(resp.comp_events_reported)
+        Ok((resp.comp_events_reported, resp.async_events_reported))
     }
 
     /// Asks the module to signal the completion channel of CQ `handle`.
     pub fn cq_notify(&self, handle: u32) -> Result<(), i32> {
+        self.method(
+            OBJECT_CQ,
+            METHOD_CQ_NOTIFY,
+            &[mandatory(ATTR_CQ_NOTIFY_HANDLE, 0, handle.into())],
+        )
+    }
+
+    /// Raises `event` (an `ibv_event_type`) on the kernel's `object`, so it
+    /// reaches the application's async event fd.
+    pub fn raise_event(&self, object: EventObject, handle: u32, event: u32) -> Result<(), i32> {
+        let (obj, method) = match object {
+            EventObject::Qp => (OBJECT_QP, METHOD_QP_EVENT),
+            EventObject::Cq => (OBJECT_CQ, METHOD_CQ_EVENT),
+            EventObject::Srq => (OBJECT_SRQ, METHOD_SRQ_EVENT),
+        };
+        self.method(
+            obj,
+            method,
+            &[
+                mandatory(ATTR_EVENT_HANDLE, 0, handle.into()),
+                mandatory(ATTR_EVENT_TYPE, 8, event.into()),
+            ],
+        )
+    }
+
+    /// One of the module's methods, with up to two attributes.
+    fn method(&self, object: u16, method: u16, attrs: &[IoctlAttr]) -> Result<(), i32> {
         #[repr(C)]
         struct Call {
             hdr: IoctlHdr,
-            attr: IoctlAttr,
+            attrs: [IoctlAttr; 2],
         }
+        let n = attrs.len().min(2);
         let mut call = Call {
             hdr: IoctlHdr {
-                length: size_of::<Call>() as u16,
-                object_id: OBJECT_CQ,
-                method_id: METHOD_CQ_NOTIFY,
-                num_attrs: 1,
+                length: (size_of::<IoctlHdr>() + n * size_of::<IoctlAttr>()) as u16,
+                object_id: object,
+                method_id: method,
+                num_attrs: n as u16,
                 driver_id: DRIVER_ID,
                 ..Default::default()
             },
-            attr: IoctlAttr {
-                attr_id: ATTR_CQ_NOTIFY_HANDLE,
-                flags: ATTR_F_MANDATORY,
-                data: u64::from(handle),
-                ..Default::default()
-            },
+            attrs: [IoctlAttr::default(); 2],
         };
+        call.attrs[..n].copy_from_slice(&attrs[..n]);
         // SAFETY: the command fd takes RDMA_VERBS_IOCTL with a header and
         // the attributes it announces, all in `call`.
         let rc = unsafe { libc::ioctl(self.fd, RDMA_VERBS_IOCTL as _, &mut call as *mut Call) };
@@ -234,6 +261,26 @@ impl Kernel {
         } else {
             Err(libc::EIO)
         }
+    }
+}
+
+/// The kinds of object the provider raises async events on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventObject {
+    Qp,
+    Cq,
+    Srq,
+}
+
+/// A mandatory attribute: an object handle (`len` 0) or a value held in
+/// place (`len` its size).
+fn mandatory(attr_id: u16, len: u16, data: u64) -> IoctlAttr {
+    IoctlAttr {
+        attr_id,
+        len,
+        flags: ATTR_F_MANDATORY,
+        attr_data: 0,
+        data,
     }
 }
 

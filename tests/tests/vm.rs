@@ -11,7 +11,9 @@
 //! ```text
 //! bash tests/vm/run.sh tests/vm/guest/device.sh
 //! gcc -O2 -o /tmp/xiw_channel tests/c/xiw_channel.c -libverbs
-//! bash tests/vm/run.sh tests/vm/guest/modify_qp.sh /tmp/xiw_channel
+//! gcc -O2 -o /tmp/xiw_async tests/c/xiw_async.c -libverbs
+//! gcc -O2 -pthread -o /tmp/xiw_events tests/c/xiw_events.c -libverbs
+//! bash tests/vm/run.sh tests/vm/guest/modify_qp.sh /tmp/xiw_channel /tmp/xiw_async /tmp/xiw_events
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -120,11 +122,13 @@ fn a_device_is_added_seen_and_removed_in_the_guest() {
 /// Programs that connect by `modify_qp` (ibv_rc_pingpong, perftest without
 /// `-R`) on a kernel-registered device, with completion channels the module
 /// signals (`-e`, and `tests/c/xiw_channel.c`: arming, solicited-only
-/// events, failed requests, two CQs on one channel).
+/// events, failed requests, two CQs on one channel), and async events
+/// through the kernel (`xiw_async.c`: port down and up; `xiw_events.c`: QP
+/// fatal events against destroy).
 #[test]
 fn modify_qp_programs_and_completion_channels_in_the_guest() {
     let _g = serial();
-    guest("modify_qp.sh", &["xiw_channel"]);
+    guest("modify_qp.sh", &["xiw_channel", "xiw_async", "xiw_events"]);
 }
 
 /// Debian 13's kernel (6.12): the module builds for it (in the Debian 13

@@ -184,10 +184,23 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
         if Arc::strong_count(&c.cq) > 1 {
             return libc::EBUSY;
         }
+        let mut kernel_async = 0;
         if let (Some(k), Some(h)) = (sh.kernel, c.cq.kernel_handle()) {
             match k.destroy_cq(h) {
-                // SAFETY: cq is ours; libibverbs set up its event counters.
-                Ok(reported) => unsafe { wait_comp_events(cq, reported) },
+                Ok((comp, async_events)) => {
+                    // The completion events the kernel delivered must be
+                    // acknowledged first, as ibv_destroy_cq(3) says.
+                    // SAFETY: cq is ours; libibverbs set up its counters.
+                    unsafe {
+                        crate::events::Acks {
+                            mutex: ptr::addr_of_mut!((*cq).mutex) as *mut libc::pthread_mutex_t,
+                            cond: ptr::addr_of_mut!((*cq).cond) as *mut libc::pthread_cond_t,
+                            completed: ptr::addr_of!((*cq).comp_events_completed),
+                        }
+                        .wait(comp)
+                    };
+                    kernel_async = async_events;
+                }
                 Err(e) => return e,
             }
         }
@@ -195,32 +208,11 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
         // SAFETY: the parent domain the CQ named, if any, outlives it.
         unsafe { domain_use(c.domain, false) };
         // SAFETY: ours, and freed only below.
-        unsafe { retire_events(sh, cq) };
+        unsafe { retire_events(sh, cq, kernel_async) };
         // SAFETY: allocated by new_cq with Box; handed back once.
         drop(unsafe { Box::from_raw(cq as *mut XiwCq) });
         0
     })
-}
-
-/// Waits until the application has acknowledged (`ibv_ack_cq_events`) the
-/// `reported` completion events the kernel delivered for `cq`, as a CQ may
-/// not go before.
-///
-/// # Safety
-/// `cq` is a live CQ that libibverbs initialised (its mutex, condition and
-/// counter).
-unsafe fn wait_comp_events(cq: *mut ibv_cq, reported: u32) {
-    // SAFETY: per the function contract; libibverbs' own fields, used as
-    // ibv_ack_cq_events uses them.
-    unsafe {
-        let m = ptr::addr_of_mut!((*cq).mutex) as *mut libc::pthread_mutex_t;
-        let c = ptr::addr_of_mut!((*cq).cond) as *mut libc::pthread_cond_t;
-        libc::pthread_mutex_lock(m);
-        while ptr::read_volatile(ptr::addr_of!((*cq).comp_events_completed)) != reported {
-            libc::pthread_cond_wait(c, m);
-        }
-        libc::pthread_mutex_unlock(m);
-    }
 }
 
 pub(super) fn fill_wc(wc: &mut ibv_wc, c: &Cqe) {

@@ -143,6 +143,10 @@ pub(super) unsafe extern "C" fn async_event(ctx: *mut ibv_context, ev: *mut ibv_
         }
         // SAFETY: ctx is ours; ev is the event libibverbs just filled in.
         let (sh, ev) = unsafe { (shared(ctx), &*ev) };
+        // Kernel mode: the kernel's async event fd, which needs no pacing.
+        if sh.kernel.is_some() {
+            return;
+        }
         // SAFETY: every member of the element union is a pointer or a port
         // number; the pointer member covers the whole of it for QP, CQ and SRQ
         // events, and a port number is not what the queue compares against.

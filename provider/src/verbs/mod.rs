@@ -231,14 +231,16 @@ event_target!(ibv_cq, async_events_completed);
 event_target!(ibv_srq, events_completed);
 
 /// Drops `obj`'s unread async events and waits until the application has
-/// acknowledged every one it read (ibv_get_async_event(3)), before it is freed.
+/// acknowledged every one it read (ibv_get_async_event(3)), before it is
+/// freed; in kernel mode, the `kernel` events the kernel reported for it
+/// (its destroy's answer) too.
 ///
 /// # Safety
 /// `obj` is a live object of this provider's context `sh`.
-unsafe fn retire_events<T: EventTarget>(sh: &Shared, obj: *mut T) {
+unsafe fn retire_events<T: EventTarget>(sh: &Shared, obj: *mut T, kernel: u32) {
     let read = sh.events.retire(obj as u64);
     // SAFETY: per the caller.
-    unsafe { T::acks(obj).wait(read) }
+    unsafe { T::acks(obj).wait(read + kernel) }
 }
 
 /// The application's SGE list as the rings hold it.

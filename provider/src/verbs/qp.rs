@@ -284,9 +284,11 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         }
         // SAFETY: ours.
         let (x, sh) = unsafe { (qp_of(qp), shared((*qp).context)) };
+        let mut kernel_events = 0;
         if let (Some(k), Some(h)) = (sh.kernel, x.kernel) {
-            if let Err(e) = k.destroy_qp(h) {
-                return e;
+            match k.destroy_qp(h) {
+                Ok(n) => kernel_events = n,
+                Err(e) => return e,
             }
         }
         // SAFETY: the QP's PD, as create_qp recorded it.
@@ -295,7 +297,7 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         q.destroyed.store(true, Ordering::Release);
         q.handle.store(0, Ordering::Release);
         // SAFETY: ours, and freed only below.
-        unsafe { retire_events(sh, qp) };
+        unsafe { retire_events(sh, qp, kernel_events) };
         // Let the last bytes go out: hand whatever is still staged to the socket
         // once more, then close the stream gracefully.
         q.kick();

@@ -162,16 +162,18 @@ pub(super) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
         if Arc::strong_count(&s.srq) > 1 {
             return libc::EBUSY;
         }
+        let mut kernel_events = 0;
         if let (Some(k), Some(h)) = (sh.kernel, s.kernel) {
-            if let Err(e) = k.destroy_srq(h) {
-                return e;
+            match k.destroy_srq(h) {
+                Ok(n) => kernel_events = n,
+                Err(e) => return e,
             }
         }
         sh.set_handle(s.srq.id, 0);
         // SAFETY: the SRQ's PD, as create_srq recorded it.
         unsafe { domain_use((*srq).pd, false) };
         // SAFETY: ours, and freed only below.
-        unsafe { retire_events(sh, srq) };
+        unsafe { retire_events(sh, srq, kernel_events) };
         // SAFETY: allocated by new_srq with Box; handed back once.
         drop(unsafe { Box::from_raw(srq as *mut XiwSrq) });
         0

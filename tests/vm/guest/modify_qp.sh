@@ -2,8 +2,9 @@
 # (ibv_rc_pingpong, perftest without -R) on a device the kernel module
 # registered, with and without completion channels (-e: the kernel's
 # channel, signalled by the module when the provider completes work on an
-# armed CQ). Both processes run in the guest, on dummy0. Runs
-# tests/c/xiw_channel.c (built on the host, given to run.sh). Prints "ok: ..." or "FAIL: ..." per check and
+# armed CQ), and async events through the kernel's async event fd. Both
+# processes run in the guest, on dummy0. Runs tests/c/xiw_channel.c,
+# xiw_async.c and xiw_events.c (built on the host, given to run.sh). Prints "ok: ..." or "FAIL: ..." per check and
 # exits with the number of failures.
 # needs: /usr/bin/ib_write_lat /usr/bin/ib_send_bw /usr/bin/ib_read_lat /usr/bin/ib_send_lat
 fails=0
@@ -70,6 +71,10 @@ check "ib_send_lat with completion events (-e)" \
     "pair ib_send_lat -d xiw0 -x 0 -s 64 -n 1000 -e -F && grep -qE '^ *64 +1000' /tmp/client"
 check "completion channels: arming, solicited only, errors, two CQs (xiw_channel)" \
     "XIW_DEVICE=xiw0 xiw_channel"
+check "port events through the kernel's async event fd (xiw_async)" \
+    "XIW_DEVICE=xiw0 xiw_async 'ip link set dummy0 down' 'ip link set dummy0 up'"
+check "QP fatal events through the kernel, destroy waiting for their acknowledgement (xiw_events)" \
+    "xiw_events 10"
 check "ib_write_lat 2 B" "pair ib_write_lat -d xiw0 -x 0 -s 2 -n 2000 -F && grep -qE '^ *2 +2000' /tmp/client"
 check "ib_read_lat 2 B" "pair ib_read_lat -d xiw0 -x 0 -s 2 -n 1000 -F && grep -qE '^ *2 +1000' /tmp/client"
 check "ib_send_bw 64 KiB" "pair ib_send_bw -d xiw0 -x 0 -s 65536 -n 500 -F; send_bw_ok 65536 500"
