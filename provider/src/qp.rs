@@ -229,6 +229,7 @@ impl Qp {
             );
             self.detach_stream();
             self.lock_cm().close(&self.sh);
+            self.core.mirror_state(IBV_QPS_ERR);
             if let Some(s) = rq_status {
                 let job = self.lock_rx().engine.take_current();
                 if let Some(job) = job {

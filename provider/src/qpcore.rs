@@ -58,6 +58,8 @@ pub struct QpCore {
     pub srq: Option<Arc<Srq>>,
     pub caps: Caps,
     pub sq_sig_all: bool,
+    /// Kernel mode: the handle of the kernel's QP, which mirrors its state.
+    pub kernel: std::sync::OnceLock<u32>,
     pub sq: Ring,
     pub rq: Option<Ring>,
     /// Serialises the producers of `sq` (and a reset emptying it); holds
@@ -126,6 +128,7 @@ impl QpCore {
             srq,
             caps,
             sq_sig_all,
+            kernel: std::sync::OnceLock::new(),
             sq,
             rq,
             sq_post: parking_lot::Mutex::new(0),
@@ -238,6 +241,13 @@ impl QpCore {
                 Some(job)
             }
             None => take_recv_ring(self.rq.as_ref()?),
+        }
+    }
+
+    /// Kernel mode: tells the kernel's QP the state this one moved to.
+    pub fn mirror_state(&self, state: u32) {
+        if let (Some(k), Some(&h)) = (self.sh.kernel, self.kernel.get()) {
+            let _ = k.modify_qp_state(h, state);
         }
     }
 

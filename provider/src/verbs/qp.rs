@@ -210,10 +210,14 @@ pub(super) fn new_qp(
         };
         match made {
             // SAFETY: b is fresh, not yet handed out.
-            Ok(h) => unsafe {
-                (*b).kernel = Some(h);
-                (*(*b).vqp.u.qp_ex).qp_base.handle = h;
-            },
+            Ok(h) => {
+                // SAFETY: as above.
+                unsafe {
+                    (*b).kernel = Some(h);
+                    (*(*b).vqp.u.qp_ex).qp_base.handle = h;
+                }
+                let _ = q.kernel.set(h);
+            }
             Err(e) => {
                 // SAFETY: b is fresh, not yet handed out; freed once, here.
                 drop(unsafe { Box::from_raw(b) });
@@ -345,10 +349,8 @@ pub(super) unsafe extern "C" fn modify_qp(
                 unsafe { (*qp).state = state };
                 // Kernel mode: the kernel's QP follows (`rdma resource`); the
                 // provider's QP is what carries the state.
-                if let (Some(k), Some(h)) = (x.qp.sh.kernel, x.kernel) {
-                    if mask as u32 & IBV_QP_STATE != 0 {
-                        let _ = k.modify_qp_state(h, state);
-                    }
+                if mask as u32 & IBV_QP_STATE != 0 {
+                    x.qp.mirror_state(state);
                 }
                 0
             }
