@@ -13,6 +13,8 @@
 #include <linux/netdevice.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/uverbs_ioctl.h>
+#include <rdma/iw_cm.h>
+#include <linux/eventfd.h>
 
 #include "xiw_abi.h"
 
@@ -40,6 +42,13 @@ struct xiw_device {
 
 struct xiw_ucontext {
 	struct ib_ucontext base;
+	/* Connections set up for its QPs, MPA done, for the provider to take. */
+	spinlock_t lock;
+	struct list_head ready;
+	/* Taken by the provider, reported on its next call. */
+	struct list_head taken;
+	/* The provider's eventfd, signalled when one is added. */
+	struct eventfd_ctx *cm_ev;
 };
 
 struct xiw_pd {
@@ -59,6 +68,11 @@ struct xiw_qp {
 	enum ib_qp_state state;
 	struct ib_qp_cap cap;
 	bool sq_sig_all;
+	/* Its connection manager endpoint, if rdma_cm connects it. */
+	spinlock_t cep_lock;
+	struct xiw_cep *cep;
+	/* The context that made it. */
+	struct xiw_ucontext *uctx;
 };
 
 struct xiw_srq {
@@ -80,5 +94,28 @@ extern const struct ib_device_ops xiw_device_ops;
 
 /* xiw_uapi.c */
 extern const struct uapi_definition xiw_uapi_defs[];
+
+/* xiw_cm.c */
+struct xiw_cep;
+int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param);
+int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param);
+int xiw_iw_reject(struct iw_cm_id *id, const void *pdata, u8 len);
+int xiw_iw_create_listen(struct iw_cm_id *id, int backlog);
+int xiw_iw_destroy_listen(struct iw_cm_id *id);
+void xiw_cm_qp_down(struct xiw_qp *qp, enum ib_qp_state state);
+void xiw_cm_qp_destroyed(struct xiw_qp *qp);
+void xiw_cm_uctx_gone(struct xiw_ucontext *uctx);
+extern const struct uapi_definition xiw_cm_uapi_defs[];
+int xiw_cm_init(void);
+void xiw_cm_exit(void);
+
+static inline void xiw_eventfd_signal(struct eventfd_ctx *ev)
+{
+#ifdef XIW_EVENTFD_SIGNAL_1
+	eventfd_signal(ev);
+#else
+	eventfd_signal(ev, 1);
+#endif
+}
 
 #endif /* XIW_H */

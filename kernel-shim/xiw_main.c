@@ -165,16 +165,22 @@ static int __init xiw_init(void)
 {
 	int rv;
 
-	rv = register_netdevice_notifier(&xiw_netdev_nb);
+	rv = xiw_cm_init();
 	if (rv)
 		return rv;
+	rv = register_netdevice_notifier(&xiw_netdev_nb);
+	if (rv)
+		goto err_cm;
 	rv = register_inetaddr_notifier(&xiw_inetaddr_nb);
 	if (rv) {
 		unregister_netdevice_notifier(&xiw_netdev_nb);
-		return rv;
+		goto err_cm;
 	}
 	rdma_link_register(&xiw_link_ops);
 	return 0;
+err_cm:
+	xiw_cm_exit();
+	return rv;
 }
 
 static void __exit xiw_exit(void)
@@ -183,6 +189,7 @@ static void __exit xiw_exit(void)
 	unregister_inetaddr_notifier(&xiw_inetaddr_nb);
 	unregister_netdevice_notifier(&xiw_netdev_nb);
 	ib_unregister_driver(XIW_DRIVER_ID);
+	xiw_cm_exit();
 }
 
 module_init(xiw_init);

@@ -129,10 +129,27 @@ static int xiw_query_pkey(struct ib_device *ibdev, u32 port, u16 index,
 	return 0;
 }
 
-static int xiw_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata)
+static int xiw_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata)
 {
-	struct xiw_device *xdev = to_xdev(uctx->device);
+	struct xiw_ucontext *uctx = container_of(ibuctx, struct xiw_ucontext, base);
+	struct xiw_device *xdev = to_xdev(ibuctx->device);
+	struct xiw_alloc_ucontext_req req = { .cm_eventfd = -1 };
 
+	if (udata->inlen &&
+	    ib_copy_from_udata(&req, udata, min(udata->inlen, sizeof(req))))
+		return -EFAULT;
+	spin_lock_init(&uctx->lock);
+	INIT_LIST_HEAD(&uctx->ready);
+	INIT_LIST_HEAD(&uctx->taken);
+	if (req.cm_eventfd >= 0) {
+		uctx->cm_ev = eventfd_ctx_fdget(req.cm_eventfd);
+		if (IS_ERR(uctx->cm_ev)) {
+			int rv = PTR_ERR(uctx->cm_ev);
+
+			uctx->cm_ev = NULL;
+			return rv;
+		}
+	}
 	atomic_inc(&xdev->num_ctx);
 	return 0;
 }
@@ -147,10 +164,14 @@ static void xiw_disassociate_ucontext(struct ib_ucontext *uctx)
 {
 }
 
-static void xiw_dealloc_ucontext(struct ib_ucontext *uctx)
+static void xiw_dealloc_ucontext(struct ib_ucontext *ibuctx)
 {
-	struct xiw_device *xdev = to_xdev(uctx->device);
+	struct xiw_ucontext *uctx = container_of(ibuctx, struct xiw_ucontext, base);
+	struct xiw_device *xdev = to_xdev(ibuctx->device);
 
+	xiw_cm_uctx_gone(uctx);
+	if (uctx->cm_ev)
+		eventfd_ctx_put(uctx->cm_ev);
 	atomic_dec(&xdev->num_ctx);
 }
 
@@ -246,6 +267,9 @@ static int xiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	refcount_set(&qp->refs, 1);
 	init_completion(&qp->unused);
 	qp->state = IB_QPS_RESET;
+	spin_lock_init(&qp->cep_lock);
+	qp->cep = NULL;
+	qp->uctx = rdma_udata_to_drv_context(udata, struct xiw_ucontext, base);
 	qp->cap = attr->cap;
 	qp->sq_sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
 	ibqp->qp_num = req.qpn;
@@ -289,10 +313,15 @@ static int xiw_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr,
 {
 	struct xiw_qp *qp = to_xqp(ibqp);
 
-	if (!udata || mask != IB_QP_STATE)
-		return -EOPNOTSUPP;
-	if (attr->qp_state > IB_QPS_ERR)
+	if (!(mask & IB_QP_STATE) || attr->qp_state > IB_QPS_ERR)
 		return -EINVAL;
+	if (!udata) {
+		/* The connection manager ends the connection (SQD, ERR). */
+		if (attr->qp_state == IB_QPS_SQD || attr->qp_state == IB_QPS_ERR)
+			xiw_cm_qp_down(qp, attr->qp_state);
+	} else if (mask != IB_QP_STATE) {
+		return -EOPNOTSUPP;
+	}
 	WRITE_ONCE(qp->state, attr->qp_state);
 	return 0;
 }
@@ -326,6 +355,7 @@ static int xiw_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	struct xiw_device *xdev = to_xdev(ibqp->device);
 	struct xiw_qp *qp = to_xqp(ibqp);
 
+	xiw_cm_qp_destroyed(qp);
 	xa_erase_irq(&xdev->qps, ibqp->qp_num);
 	xiw_qp_rem_ref(ibqp);
 	wait_for_completion(&qp->unused);
@@ -431,8 +461,13 @@ const struct ib_device_ops xiw_device_ops = {
 	.disassociate_ucontext = xiw_disassociate_ucontext,
 	.get_dma_mr = xiw_get_dma_mr,
 	.get_port_immutable = xiw_get_port_immutable,
+	.iw_accept = xiw_iw_accept,
 	.iw_add_ref = xiw_qp_add_ref,
+	.iw_connect = xiw_iw_connect,
+	.iw_create_listen = xiw_iw_create_listen,
+	.iw_destroy_listen = xiw_iw_destroy_listen,
 	.iw_get_qp = xiw_get_qp,
+	.iw_reject = xiw_iw_reject,
 	.iw_rem_ref = xiw_qp_rem_ref,
 	.modify_qp = xiw_modify_qp,
 	.poll_cq = xiw_poll_cq,

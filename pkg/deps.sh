@@ -13,7 +13,7 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # zlib for the kernel's build tools, kmod (depmod), xz-utils, cpio and
 # busybox-static for the guest's initramfs, qemu to boot it, perl for
 # checkpatch.pl.
-XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers perftest iproute2 procps groff-base python3-pyverbs debootstrap
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps groff-base python3-pyverbs debootstrap
     make libelf1 libssl3 zlib1g kmod xz-utils cpio busybox-static qemu-system-x86 perl)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;

@@ -19,7 +19,9 @@
 #else
 #include <stdint.h>
 typedef uint8_t __u8;
+typedef uint16_t __u16;
 typedef uint32_t __u32;
+typedef int32_t __s32;
 typedef uint64_t __u64;
 #endif
 
@@ -85,6 +87,52 @@ enum xiw_uverbs_event_attrs {
 struct xiw_create_qp_req {
 	__u32 qpn;
 	__u32 reserved;
+};
+
+/*
+ * The driver data of GET_CONTEXT: an eventfd of the provider's, which the
+ * module signals when a connection the connection manager set up waits for
+ * the provider (XIW_METHOD_TAKE_STREAM); -1 for none.
+ */
+struct xiw_alloc_ucontext_req {
+	__s32 cm_eventfd;
+	__u32 reserved;
+};
+
+/*
+ * TAKE_STREAM, on the caller's own context: the next connection the
+ * connection manager set up for one of its QPs (rdma_connect, rdma_accept),
+ * MPA done. Its socket becomes a descriptor of the calling process. The
+ * application is told the connection is established on the next call (the
+ * provider calls until -EAGAIN, which says none waits), once the provider
+ * has made the socket its QP's stream.
+ */
+enum xiw_uverbs_device_methods {
+	XIW_METHOD_TAKE_STREAM = XIW_UVERBS_DRIVER_NS,
+};
+
+enum xiw_uverbs_take_stream_attrs {
+	XIW_ATTR_TAKE_STREAM_RESP = XIW_UVERBS_DRIVER_NS,
+};
+
+/* The ready-to-receive message agreed (RFC 6581). */
+#define XIW_RTR_NONE	0u
+#define XIW_RTR_SEND	1u
+#define XIW_RTR_WRITE	2u
+#define XIW_RTR_READ	3u
+
+struct xiw_stream {
+	__u32 qpn;
+	__s32 fd;
+	/* This side's IRD and ORD, and the peer's, as agreed. */
+	__u16 ird;
+	__u16 ord;
+	__u16 peer_ird;
+	__u16 peer_ord;
+	__u8 initiator;
+	__u8 crc;
+	__u8 rtr;
+	__u8 reserved[5];
 };
 
 /* A completion of a Send that asked for a solicited event (internal). */
@@ -196,5 +244,6 @@ _Static_assert(sizeof(struct xiw_send_wqe) == 64, "send WQE header size");
 _Static_assert(sizeof(struct xiw_recv_wqe) == 16, "receive WQE header size");
 _Static_assert(sizeof(struct xiw_sge) == 16, "SGE size");
 _Static_assert(sizeof(struct xiw_cqe) == 32, "CQE size");
+_Static_assert(sizeof(struct xiw_stream) == 24, "stream size");
 
 #endif /* XIW_ABI_H */

@@ -596,9 +596,10 @@ pub mod private {
         resp: *mut c_void,
         resp_size: usize,
     ) -> c_int;
-    /// `struct ibv_get_context` without driver data: the command header
-    /// (`ib_uverbs_cmd_hdr`) and the response pointer.
-    pub const GET_CONTEXT_CMD_SIZE: usize = 16;
+    /// `struct ibv_get_context`: the command header (`ib_uverbs_cmd_hdr`)
+    /// and the response pointer, then xiw's driver data
+    /// (`kernel::AllocUcontextReq`).
+    pub const GET_CONTEXT_CMD_SIZE: usize = 16 + 8;
     /// `struct ib_uverbs_get_context_resp`: async_fd and num_comp_vectors.
     pub const GET_CONTEXT_RESP_SIZE: usize = 8;
 

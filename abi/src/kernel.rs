@@ -251,6 +251,46 @@ pub const OBJECT_SRQ: u16 = 5;
 pub const METHOD_QP_EVENT: u16 = DRIVER_NS;
 pub const METHOD_CQ_EVENT: u16 = DRIVER_NS + 1;
 pub const METHOD_SRQ_EVENT: u16 = DRIVER_NS;
+/// `UVERBS_OBJECT_DEVICE`: methods on the caller's own context.
+pub const OBJECT_DEVICE: u16 = 0;
+/// The next connection rdma_cm set up for one of the context's QPs, MPA done
+/// (`struct xiw_stream` out); EAGAIN if none waits.
+pub const METHOD_TAKE_STREAM: u16 = DRIVER_NS;
+pub const ATTR_TAKE_STREAM_RESP: u16 = DRIVER_NS;
+
+/// `struct xiw_stream`: a connection the module hands over.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stream {
+    pub qpn: u32,
+    /// The socket, now a descriptor of this process.
+    pub fd: i32,
+    /// This side's IRD and ORD, and the peer's, as agreed.
+    pub ird: u16,
+    pub ord: u16,
+    pub peer_ird: u16,
+    pub peer_ord: u16,
+    pub initiator: u8,
+    pub crc: u8,
+    /// `RTR_*`.
+    pub rtr: u8,
+    pub reserved: [u8; 5],
+}
+
+pub const RTR_NONE: u8 = 0;
+pub const RTR_SEND: u8 = 1;
+pub const RTR_WRITE: u8 = 2;
+pub const RTR_READ: u8 = 3;
+
+/// `struct xiw_alloc_ucontext_req`: GET_CONTEXT's driver data.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllocUcontextReq {
+    /// The eventfd the module signals when a connection waits (-1: none).
+    pub cm_eventfd: i32,
+    pub reserved: u32,
+}
+
 /// Their attributes: the object's handle, and the event (`ibv_event_type`).
 pub const ATTR_EVENT_HANDLE: u16 = DRIVER_NS;
 pub const ATTR_EVENT_TYPE: u16 = DRIVER_NS + 1;
@@ -265,6 +305,8 @@ const _: () = {
     assert!(size_of::<IoctlHdr>() == 24);
     assert!(size_of::<CreateQp>() == 64);
     assert!(size_of::<ModifyQp>() == 112);
+    assert!(size_of::<Stream>() == 24);
+    assert!(size_of::<AllocUcontextReq>() == 8);
     assert!(size_of::<CreateQpResp>() == 32);
     assert!(size_of::<CreateSrq>() == 32);
     assert!(size_of::<CreateSrqResp>() == 16);

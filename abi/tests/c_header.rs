@@ -67,6 +67,11 @@ fn c_header_matches_rust_layout() {
             "struct xiw_create_qp_req",
             size_of::<xiw_abi::kernel::CreateQpReq>(),
         ),
+        ("struct xiw_stream", size_of::<xiw_abi::kernel::Stream>()),
+        (
+            "struct xiw_alloc_ucontext_req",
+            size_of::<xiw_abi::kernel::AllocUcontextReq>(),
+        ),
     ] {
         checks.push((format!("sizeof({c})"), n as u64));
     }
@@ -97,6 +102,15 @@ fn c_header_matches_rust_layout() {
         ("XIW_METHOD_SRQ_EVENT", kernel::METHOD_SRQ_EVENT as u64),
         ("XIW_ATTR_EVENT_HANDLE", kernel::ATTR_EVENT_HANDLE as u64),
         ("XIW_ATTR_EVENT_TYPE", kernel::ATTR_EVENT_TYPE as u64),
+        ("XIW_METHOD_TAKE_STREAM", kernel::METHOD_TAKE_STREAM as u64),
+        (
+            "XIW_ATTR_TAKE_STREAM_RESP",
+            kernel::ATTR_TAKE_STREAM_RESP as u64,
+        ),
+        ("XIW_RTR_NONE", kernel::RTR_NONE as u64),
+        ("XIW_RTR_SEND", kernel::RTR_SEND as u64),
+        ("XIW_RTR_WRITE", kernel::RTR_WRITE as u64),
+        ("XIW_RTR_READ", kernel::RTR_READ as u64),
         ("XIW_RING_MAGIC", RING_MAGIC as u64),
         ("XIW_RING_VERSION", RING_VERSION as u64),
         ("XIW_RING_KIND_SQ", RING_KIND_SQ as u64),

@@ -219,6 +219,36 @@ impl Cm {
         self.answer_newest(qp)
     }
 
+    /// Kernel mode: rdma_cm's connection, MPA done by the kernel module,
+    /// becomes this QP's stream.
+    pub fn adopt_kernel(
+        &mut self,
+        qp: &impl Link,
+        fd: OwnedFd,
+        initiator: bool,
+        agreed: &setup::Agreed,
+    ) {
+        if let Some(old) = self.sock.take() {
+            discard(&qp.sh, old);
+        }
+        // In the progress thread's set (establish then watches its data).
+        if let Err(e) = qp.sh.watch_cm(fd.as_raw_fd(), qp.qpn, false, true) {
+            crate::log::warn(
+                &qp.sh.log,
+                format_args!("qp {}: cannot watch rdma_cm's stream: {e}", qp.qpn),
+            );
+        }
+        self.peer = SockRef::from(&fd)
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| (canonical(a.ip()), 0));
+        self.sock = Some(fd);
+        self.initiator = initiator;
+        self.stamp = 0;
+        self.establish(qp, initiator, agreed, 0);
+    }
+
     /// The connection socket (or a held one) has an event before the QP is established.
     pub fn on_sock(&mut self, qp: &impl Link, writable: bool) -> Result<(), String> {
         self.forget_dead(qp);

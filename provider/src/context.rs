@@ -30,6 +30,8 @@ pub trait Endpoint: Send + Sync {
     fn tick(&self, now: Instant) -> bool;
     /// An accepted connection whose MPA Request names this QP.
     fn adopt(&self, fd: OwnedFd, req: Request);
+    /// Kernel mode: a connection rdma_cm set up for this QP, MPA done.
+    fn adopt_kernel(&self, fd: OwnedFd, s: &xiw_abi::kernel::Stream);
     /// Applies a failure recorded for the progress thread (no locks held).
     fn apply_deferred(&self);
     /// Frees staging buffers of an idle QP; true while it holds large ones.
@@ -110,6 +112,9 @@ pub const KIND_CM: u64 = 2;
 pub const KIND_DATA: u64 = 3;
 /// An accepted connection whose MPA Request has not arrived yet.
 pub const KIND_PENDING: u64 = 4;
+/// Kernel mode: the eventfd the module signals when rdma_cm has a
+/// connection for one of the context's QPs.
+pub const KIND_KERNEL_CM: u64 = 6;
 /// A stream being closed: read and discard until the peer's FIN.
 pub const KIND_CLOSING: u64 = 5;
 
@@ -145,6 +150,8 @@ pub struct Shared {
     pub dev: DeviceInfo,
     /// Kernel mode: the device's command fd, for the kernel's objects.
     pub kernel: Option<crate::kernel::Kernel>,
+    /// Kernel mode: the eventfd the module signals for rdma_cm connections.
+    kernel_cm: Option<OwnedFd>,
     pub cfg: Config,
     pub mrs: MrTable,
     qps: RwLock<HashMap<u32, Arc<dyn Endpoint>>>,
@@ -246,6 +253,7 @@ impl Shared {
         let sh = Shared {
             dev,
             kernel: None,
+            kernel_cm: None,
             cfg,
             mrs: MrTable::default(),
             qps: RwLock::new(HashMap::new()),
@@ -441,6 +449,40 @@ impl Shared {
 
     /// An accepted connection is readable: once its MPA Request is complete,
     /// hand it to the QP it names, or turn it away.
+    /// Kernel mode: watches `ev`, the eventfd the module signals when rdma_cm
+    /// has a connection for this context (see [`Shared::on_kernel_cm`]).
+    pub fn watch_kernel_cm(&mut self, ev: OwnedFd) -> io::Result<()> {
+        self.epoll(
+            libc::EPOLL_CTL_ADD,
+            ev.as_raw_fd(),
+            libc::EPOLLIN as u32,
+            KIND_KERNEL_CM,
+        )?;
+        self.kernel_cm = Some(ev);
+        Ok(())
+    }
+
+    /// Kernel mode: takes every connection rdma_cm set up for this context's
+    /// QPs (MPA done, the application told only once the stream is ours)
+    /// and hands each to its QP.
+    pub fn on_kernel_cm(&self) {
+        let (Some(k), Some(ev)) = (self.kernel, &self.kernel_cm) else {
+            return;
+        };
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes from our eventfd into a live u64.
+        unsafe { libc::read(ev.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        while let Ok(s) = k.take_stream() {
+            // SAFETY: the module installed the descriptor for this process.
+            let fd = unsafe { OwnedFd::from_raw_fd(s.fd) };
+            match self.qp(s.qpn) {
+                Some(qp) => qp.adopt_kernel(fd, &s),
+                // The QP went meanwhile: so does the stream.
+                None => drop(fd),
+            }
+        }
+    }
+
     pub fn on_pending(&self, id: u64) {
         let mut p = match self
             .pending

@@ -1,7 +1,7 @@
 //! Registration with libibverbs, devices and contexts.
 
 use std::ffi::CStr;
-use std::os::fd::IntoRawFd;
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::Ordering;
@@ -156,10 +156,16 @@ unsafe extern "C" fn alloc_context(
         }
         let vctx = XiwContext::release_vctx(ctx, layout);
         // The kernel's context for the device comes first: the RDMA core
-        // holds the device for as long as it lives.
+        // holds the device for as long as it lives. The module signals the
+        // eventfd when rdma_cm has a connection for the provider.
+        let mut cm_ev = None;
         if kernel {
+            // SAFETY: a plain system call making a new descriptor.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            // SAFETY: a fresh descriptor, ours (if the call made one).
+            cm_ev = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
             // SAFETY: vctx was just made on the device's command fd.
-            if let Err(e) = unsafe { lib.get_context(vctx) } {
+            if let Err(e) = unsafe { lib.get_context(vctx, fd) } {
                 eprintln!(
                     "xiw: {}: the kernel refused a context: errno {e}",
                     info.ibdev
@@ -188,6 +194,14 @@ unsafe extern "C" fn alloc_context(
         };
         if kernel {
             sh.kernel = Some(crate::kernel::Kernel::new(cmd_fd));
+            if let Some(ev) = cm_ev {
+                if let Err(e) = sh.watch_kernel_cm(ev) {
+                    crate::log::warn(
+                        &sh.log,
+                        format_args!("rdma_cm connections cannot reach this context: {e}"),
+                    );
+                }
+            }
         }
         let sh = Arc::new(sh);
         sh.log.vctx.store(vctx as usize, Ordering::Release);

@@ -136,8 +136,25 @@ impl Kernel {
             handle,
             reserved: 0,
         };
-        self.write(command, &cmd, size_of_val(&resp))?;
+        self.write_destroy(command, &cmd, size_of_val(&resp))?;
         Ok(resp.events_reported)
+    }
+
+    /// A destroy command. The kernel refuses one (EBUSY) while a method of
+    /// the module holds the object (an event or a notification the
+    /// provider's progress thread is raising on it): that ends at once, so
+    /// the destroy is tried again.
+    fn write_destroy<C: Copy>(&self, command: u32, cmd: &C, resp_len: usize) -> Result<(), i32> {
+        let mut tries = 0;
+        loop {
+            match self.write(command, cmd, resp_len) {
+                Err(libc::EBUSY) if tries < 10_000 => {
+                    tries += 1;
+                    std::thread::yield_now();
+                }
+                r => return r,
+            }
+        }
     }
 
     /// The kernel's object for a CQ whose completion events report
@@ -173,7 +190,7 @@ impl Kernel {
             cq_handle: handle,
             reserved: 0,
         };
-        self.write(CMD_DESTROY_CQ, &cmd, size_of_val(&resp))?;
+        self.write_destroy(CMD_DESTROY_CQ, &cmd, size_of_val(&resp))?;
         Ok((resp.comp_events_reported, resp.async_events_reported))
     }
 
@@ -184,6 +201,22 @@ impl Kernel {
             METHOD_CQ_NOTIFY,
             &[mandatory(ATTR_CQ_NOTIFY_HANDLE, 0, handle.into())],
         )
+    }
+
+    /// The next connection rdma_cm set up for one of this context's QPs; its
+    /// socket is a descriptor of this process now. EAGAIN if none waits.
+    pub fn take_stream(&self) -> Result<Stream, i32> {
+        let mut out = Stream::default();
+        self.method(
+            OBJECT_DEVICE,
+            METHOD_TAKE_STREAM,
+            &[mandatory(
+                ATTR_TAKE_STREAM_RESP,
+                size_of::<Stream>() as u16,
+                &mut out as *mut Stream as u64,
+            )],
+        )?;
+        Ok(out)
     }
 
     /// Raises `event` (an `ibv_event_type`) on the kernel's `object`, so it
@@ -272,8 +305,8 @@ pub enum EventObject {
     Srq,
 }
 
-/// A mandatory attribute: an object handle (`len` 0) or a value held in
-/// place (`len` its size).
+/// A mandatory attribute: an object handle (`len` 0), a value held in
+/// place or a buffer's address (`len` its size).
 fn mandatory(attr_id: u16, len: u16, data: u64) -> IoctlAttr {
     IoctlAttr {
         attr_id,

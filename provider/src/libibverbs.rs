@@ -35,8 +35,16 @@ impl Private {
     ///
     /// # Safety
     /// `vctx` was just made by `init_and_alloc_context` on the device's command fd.
-    pub unsafe fn get_context(&self, vctx: *mut xiw_abi::verbs::verbs_context) -> Result<(), i32> {
+    /// `cm_eventfd` is the descriptor the module signals when rdma_cm has a
+    /// connection for the provider (-1: none).
+    pub unsafe fn get_context(
+        &self,
+        vctx: *mut xiw_abi::verbs::verbs_context,
+        cm_eventfd: i32,
+    ) -> Result<(), i32> {
         let mut cmd = [0u64; p::GET_CONTEXT_CMD_SIZE / 8];
+        // The driver data follows the header and the response pointer.
+        cmd[2] = u64::from(cm_eventfd as u32);
         let mut resp = [0u64; p::GET_CONTEXT_RESP_SIZE / 8];
         let (c, r) = (cmd.as_mut_ptr().cast(), resp.as_mut_ptr().cast());
         let (cs, rs) = (p::GET_CONTEXT_CMD_SIZE, p::GET_CONTEXT_RESP_SIZE);

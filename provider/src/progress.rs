@@ -118,6 +118,7 @@ fn dispatch(sh: &Shared, tok: u64, bits: u32) {
     match tok & 0xff {
         KIND_LISTEN => return sh.on_listen((tok >> 8) as u16),
         KIND_PENDING => return sh.on_pending(tok >> 8),
+        KIND_KERNEL_CM => return sh.on_kernel_cm(),
         KIND_CLOSING => return sh.on_closing(tok >> 8),
         _ => {}
     }

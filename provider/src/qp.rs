@@ -457,6 +457,68 @@ impl Endpoint for Qp {
         }
     }
 
+    fn adopt_kernel(&self, fd: OwnedFd, s: &xiw_abi::kernel::Stream) {
+        use xiw_abi::kernel::{RTR_READ, RTR_SEND, RTR_WRITE};
+        let agreed = xiw_engine::setup::Agreed {
+            crc: s.crc != 0,
+            revision: 2,
+            enhanced: true,
+            rtr: match s.rtr {
+                RTR_SEND => crate::wire::mpa::Rtr::ZeroLengthSend,
+                RTR_WRITE => crate::wire::mpa::Rtr::ZeroLengthWrite,
+                RTR_READ => crate::wire::mpa::Rtr::ZeroLengthRead,
+                _ => crate::wire::mpa::Rtr::None,
+            },
+            ird: s.ird,
+            ord: s.ord,
+            peer_ird: s.peer_ird,
+            peer_ord: s.peer_ord,
+            peer_data: Vec::new(),
+        };
+        let initiator = s.initiator != 0;
+        {
+            // The ORD agreed, unless the application set its own (RTS).
+            let mut a = self.attrs.lock().unwrap_or_else(|e| e.into_inner());
+            if a.max_rd_atomic == 0 {
+                a.max_rd_atomic = s.ord.min(u16::from(u8::MAX)) as u8;
+            }
+            // A connected iWARP QP takes remote Reads and Writes, as the
+            // connection manager's QP attributes say (librdmacm gives the
+            // active side's QP none before it connects, and no more after).
+            a.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        }
+        self.lock_cm().adopt_kernel(self, fd, initiator, &agreed);
+        // On iWARP the connection manager never moves a QP to RTS: the RNIC
+        // does once the stream is up (the active side's QP is still INIT).
+        let moved = self
+            .state
+            .compare_exchange(
+                IBV_QPS_INIT,
+                IBV_QPS_RTS,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+            || self
+                .state
+                .compare_exchange(
+                    IBV_QPS_RTR,
+                    IBV_QPS_RTS,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok();
+        if moved {
+            {
+                let a = self.attrs.lock().unwrap_or_else(|e| e.into_inner());
+                let mut t = self.lock_tx();
+                t.engine.set_ord(crate::cm::ord_of(a.max_rd_atomic));
+            }
+            self.mirror_state(IBV_QPS_RTS);
+        }
+        self.kick();
+    }
+
     fn apply_deferred(&self) {
         Qp::apply_deferred(self)
     }

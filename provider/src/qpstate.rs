@@ -43,7 +43,15 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
         return Err(libc::EINVAL);
     }
-    if !allowed(cur, new) {
+    // Kernel mode: rdma_cm's move to RTS of an iWARP QP names no state (the
+    // RNIC moves it once the stream is up): attributes only, in any state.
+    let attrs_only = sh.kernel.is_some() && mask & IBV_QP_STATE == 0;
+    // Kernel mode: rdma_disconnect moves an iWARP QP to SQD, the graceful
+    // close; the connection manager then ends the stream after what is
+    // queued (the module's part), and the QP goes on to the error state.
+    let sqd =
+        sh.kernel.is_some() && new == IBV_QPS_SQD && (cur == IBV_QPS_RTS || cur == IBV_QPS_SQD);
+    if !allowed(cur, new) && !attrs_only && !sqd {
         log::debug(
             &sh.log,
             format_args!("modify_qp: {cur} -> {new} is not a valid transition"),
@@ -68,7 +76,11 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
         return Err(libc::EOPNOTSUPP);
     }
     let to_rtr = cur == IBV_QPS_INIT && new == IBV_QPS_RTR;
-    if to_rtr {
+    // Kernel mode: RTR without the peer's address is rdma_cm's (librdmacm
+    // moves the QP through RTR and RTS as the connection manager says); the
+    // stream then comes from the kernel module.
+    let by_cm = sh.kernel.is_some() && mask & IBV_QP_AV == 0;
+    if to_rtr && !by_cm {
         if mask & IBV_QP_AV == 0 || mask & IBV_QP_DEST_QPN == 0 {
             log::warn(
                 &sh.log,
@@ -155,6 +167,9 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             // From the state checked above only: a failure found meanwhile by
             // another thread stands (the QP stays in error, EINVAL).
             advance(qp, cur, IBV_QPS_RTR)?;
+            if by_cm {
+                return Ok(qp.state());
+            }
             // SAFETY: reading the raw bytes of the GID union.
             let gid = unsafe { attr.ah_attr.grh.dgid.raw };
             let peer = match sh.dev.peer_addr(&gid) {

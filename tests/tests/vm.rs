@@ -131,6 +131,18 @@ fn modify_qp_programs_and_completion_channels_in_the_guest() {
     guest("modify_qp.sh", &["xiw_channel", "xiw_async", "xiw_events"]);
 }
 
+/// rdma_cm in kernel mode: the module's connection manager (TCP and the MPA
+/// exchange, the socket handed to the provider) under unmodified programs:
+/// `rping -v -C 1000`, `ucmatose` with 4 connections, rsockets' `rstream`
+/// and `riostream` with data verified, perftest `-R` (write and read
+/// latency, send and write bandwidth); no connection left behind, and the
+/// device and module removed after.
+#[test]
+fn rdma_cm_programs_in_the_guest() {
+    let _g = serial();
+    guest("rdma_cm.sh", &[]);
+}
+
 /// Debian 13's kernel (6.12): the module builds for it (in the Debian 13
 /// chroot, with its compiler), loads, makes a device that a program with
 /// completion events runs on, and unloads.

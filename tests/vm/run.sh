@@ -13,7 +13,8 @@
 #                 `# needs: FILE...` lines name more
 #
 # The provider must be installed on the host first (pkg/install.sh): the
-# guest gets the same files. Environment: XIW_VM_SUITE (bookworm, the
+# guest gets the same files (or XIW_VM_PROVIDER names the provider library
+# to use instead). Environment: XIW_VM_SUITE (bookworm, the
 # default: Debian 12's kernel; trixie: Debian 13's), XIW_VM_TIMEOUT (seconds,
 # default 600), XIW_VM_KEEP=1 keeps the work directory.
 set -euo pipefail
@@ -111,7 +112,9 @@ copy_with_libs() {
 
 cp /bin/busybox "$ir/bin/busybox"
 bins=(/usr/bin/ibv_devices /usr/bin/ibv_devinfo /usr/bin/rdma /usr/bin/ibv_rc_pingpong /usr/bin/timeout)
-provider=/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
+# The provider the host has installed, or XIW_VM_PROVIDER (a build of it).
+provdir=/usr/lib/x86_64-linux-gnu/libibverbs
+provider=${XIW_VM_PROVIDER:-$provdir/libxiw-rdmav34.so}
 needs=$(awk '/^# needs:/ { sub(/^# needs:/, ""); print }' "$script")
 # shellcheck disable=SC2206 # a list of paths without spaces
 extra=($needs)
@@ -125,7 +128,9 @@ for f in "$@"; do
     copy_with_libs "$f"
     cp "$(readlink -f "$f")" "$ir/usr/local/bin/$(basename "$f")"
 done
-copy /usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
+rm -f "$ir$provdir/libxiw-rdmav34.so"
+mkdir -p "$ir$provdir"
+cp "$(readlink -f "$provider")" "$ir$provdir/libxiw-rdmav34.so"
 mkdir -p "$ir/etc/libibverbs.d"
 cp /etc/libibverbs.d/xiw.driver "$ir/etc/libibverbs.d/"
 # libgcc_s is loaded at run time by programs that unwind (pthread_cancel).

@@ -1,0 +1,1044 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * xiw: the iWARP connection manager's side of the module. For rdma_cm it
+ * makes the TCP connections (listening, accepting, connecting), does the MPA
+ * exchange (RFC 5044, with RFC 6581's IRD/ORD and ready-to-receive message
+ * when the peer speaks it), and hands the connected socket to the process
+ * that owns the QP: the provider takes it with XIW_METHOD_TAKE_STREAM, and
+ * only then is the connection reported established. Afterwards the module
+ * only watches the socket's state, to report the disconnect and the close.
+ *
+ * A connection endpoint (struct xiw_cep) is driven by one work item on an
+ * ordered workqueue; the socket's callbacks only queue it.
+ */
+
+#include <linux/eventfd.h>
+#include <linux/file.h>
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/net.h>
+#include <linux/workqueue.h>
+#include <net/sock.h>
+#include <net/tcp.h>
+#include <net/tcp_states.h>
+#include <rdma/iw_cm.h>
+#include <rdma/uverbs_ioctl.h>
+
+#define UVERBS_MODULE_NAME xiw_ib_cm
+#include <rdma/uverbs_named_ioctl.h>
+
+#include "xiw.h"
+
+static bool mpa_crc = true;
+module_param(mpa_crc, bool, 0644);
+MODULE_PARM_DESC(mpa_crc, "ask peers for MPA CRC (either side asking means CRC)");
+
+#define MPA_HDR_LEN 20
+#define MPA_MAX_PD 512
+#define MPA_ENHANCED_LEN 4
+#define MPA_FLAG_MARKERS 0x80
+#define MPA_FLAG_CRC 0x40
+#define MPA_FLAG_REJECT 0x20
+#define MPA_FLAG_ENHANCED 0x10
+#define MPA_IRD_ORD_MASK 0x3fff
+#define MPA_P2P 0x8000		/* in IRD: peer-to-peer */
+#define MPA_RTR_SEND 0x4000	/* in IRD */
+#define MPA_RTR_WRITE 0x8000	/* in ORD */
+#define MPA_RTR_READ 0x4000	/* in ORD */
+
+/* How long a peer may take to send its MPA frame. */
+#define XIW_MPA_TIMEOUT (10 * HZ)
+
+static const char mpa_req_key[16] = "MPA ID Req Frame";
+static const char mpa_rep_key[16] = "MPA ID Rep Frame";
+
+enum xiw_cep_state {
+	XIW_CEP_LISTEN,
+	XIW_CEP_AWAIT_REQ,	/* passive: reading the Request */
+	XIW_CEP_AWAIT_ACCEPT,	/* passive: reported, the application decides */
+	XIW_CEP_AWAIT_REPLY,	/* active: reading the Reply */
+	XIW_CEP_AWAIT_TAKE,	/* MPA done, the provider takes the socket */
+	XIW_CEP_TAKEN,		/* the provider has it, not yet reported */
+	XIW_CEP_CONNECTED,	/* reported established */
+	XIW_CEP_CLOSED,
+};
+
+struct xiw_cep {
+	struct kref ref;
+	struct mutex lock;	/* state, everything below; work and verbs */
+	enum xiw_cep_state state;
+	struct xiw_device *xdev;
+	struct iw_cm_id *cm_id;	/* with a reference */
+	struct xiw_cep *listener;	/* passive, until reported */
+	struct socket *sock;	/* owned until the handover */
+	struct file *file;	/* the socket's file, after the handover */
+	struct xiw_qp *qp;
+	struct xiw_ucontext *uctx;	/* the QP's owner, for the handover */
+	struct list_head entry;	/* in uctx->ready or ->taken, or the listener's list */
+	struct list_head children;	/* a listener's connections not reported */
+	struct delayed_work work;
+	unsigned long deadline;
+	bool active;
+	bool alive;		/* the reference from xiw_cep_alloc is held */
+	bool disconnect_reported;
+	u8 frame[MPA_HDR_LEN + MPA_MAX_PD];
+	unsigned int got;
+	u16 ird, ord, peer_ird, peer_ord;
+	u8 rtr;
+	bool crc;
+	void (*orig_data_ready)(struct sock *sk);
+	void (*orig_state_change)(struct sock *sk);
+};
+
+static struct workqueue_struct *xiw_cm_wq;
+
+static void xiw_cep_work(struct work_struct *w);
+
+static void xiw_cep_free(struct kref *ref)
+{
+	kfree(container_of(ref, struct xiw_cep, ref));
+}
+
+static void xiw_cep_put(struct xiw_cep *cep)
+{
+	kref_put(&cep->ref, xiw_cep_free);
+}
+
+static void xiw_cep_put_n(struct xiw_cep *cep, int n)
+{
+	while (n-- > 0)
+		xiw_cep_put(cep);
+}
+
+/* Runs the endpoint's work after `delay`, holding a reference for it. */
+static void xiw_cep_kick(struct xiw_cep *cep, unsigned long delay)
+{
+	kref_get(&cep->ref);
+	if (mod_delayed_work(xiw_cm_wq, &cep->work, delay))
+		xiw_cep_put(cep);
+}
+
+static struct xiw_cep *xiw_cep_of(struct sock *sk)
+{
+	return sk->sk_user_data;
+}
+
+static void xiw_sk_data_ready(struct sock *sk)
+{
+	struct xiw_cep *cep;
+
+	read_lock_bh(&sk->sk_callback_lock);
+	cep = xiw_cep_of(sk);
+	if (cep)
+		xiw_cep_kick(cep, 0);
+	read_unlock_bh(&sk->sk_callback_lock);
+}
+
+static void xiw_sk_state_change(struct sock *sk)
+{
+	void (*orig)(struct sock *sk) = NULL;
+	struct xiw_cep *cep;
+
+	read_lock_bh(&sk->sk_callback_lock);
+	cep = xiw_cep_of(sk);
+	if (cep) {
+		orig = cep->orig_state_change;
+		xiw_cep_kick(cep, 0);
+	}
+	read_unlock_bh(&sk->sk_callback_lock);
+	if (orig)
+		orig(sk);
+}
+
+/* Watches the socket: its data (`data` set) and its state. */
+static void xiw_cep_watch(struct xiw_cep *cep, bool data)
+{
+	struct sock *sk = cep->sock->sk;
+
+	write_lock_bh(&sk->sk_callback_lock);
+	if (!sk->sk_user_data) {
+		kref_get(&cep->ref);
+		sk->sk_user_data = cep;
+		cep->orig_data_ready = sk->sk_data_ready;
+		cep->orig_state_change = sk->sk_state_change;
+		sk->sk_state_change = xiw_sk_state_change;
+	}
+	sk->sk_data_ready = data ? xiw_sk_data_ready : cep->orig_data_ready;
+	write_unlock_bh(&sk->sk_callback_lock);
+}
+
+/* Gives the socket its own callbacks back. */
+static void xiw_cep_unwatch(struct xiw_cep *cep)
+{
+	struct sock *sk = cep->sock ? cep->sock->sk : NULL;
+	bool had = false;
+
+	if (!sk)
+		return;
+	write_lock_bh(&sk->sk_callback_lock);
+	if (sk->sk_user_data == cep) {
+		sk->sk_data_ready = cep->orig_data_ready;
+		sk->sk_state_change = cep->orig_state_change;
+		sk->sk_user_data = NULL;
+		had = true;
+	}
+	write_unlock_bh(&sk->sk_callback_lock);
+	if (had)
+		xiw_cep_put(cep);
+}
+
+static struct xiw_cep *xiw_cep_alloc(struct xiw_device *xdev)
+{
+	struct xiw_cep *cep = kzalloc(sizeof(*cep), GFP_KERNEL);
+
+	if (!cep)
+		return NULL;
+	kref_init(&cep->ref);
+	mutex_init(&cep->lock);
+	INIT_DELAYED_WORK(&cep->work, xiw_cep_work);
+	cep->alive = true;
+	cep->xdev = xdev;
+	INIT_LIST_HEAD(&cep->entry);
+	INIT_LIST_HEAD(&cep->children);
+	return cep;
+}
+
+/* Reports `type` to the connection manager on the endpoint's cm_id. */
+static void xiw_cm_report(struct xiw_cep *cep, struct iw_cm_id *id,
+			  enum iw_cm_event_type type, int status, bool pdata)
+{
+	struct iw_cm_event ev = {};
+	unsigned int len;
+
+	if (!id)
+		return;
+	ev.event = type;
+	ev.status = status;
+	ev.provider_data = cep;
+	if (cep->sock) {
+		kernel_getsockname(cep->sock, (struct sockaddr *)&ev.local_addr);
+		kernel_getpeername(cep->sock, (struct sockaddr *)&ev.remote_addr);
+	} else {
+		ev.local_addr = id->local_addr;
+		ev.remote_addr = id->remote_addr;
+	}
+	if (pdata && cep->got >= MPA_HDR_LEN) {
+		len = get_unaligned_be16(&cep->frame[18]);
+		if (len >= MPA_ENHANCED_LEN && (cep->frame[16] & MPA_FLAG_ENHANCED)) {
+			ev.private_data = &cep->frame[MPA_HDR_LEN + MPA_ENHANCED_LEN];
+			ev.private_data_len = len - MPA_ENHANCED_LEN;
+		} else if (len) {
+			ev.private_data = &cep->frame[MPA_HDR_LEN];
+			ev.private_data_len = len;
+		}
+		ev.ird = cep->peer_ird;
+		ev.ord = cep->peer_ord;
+	}
+	id->event_handler(id, &ev);
+}
+
+/* Sends an MPA frame: key, flags, revision 2, the IRD/ORD block, pdata. */
+static int xiw_mpa_send(struct xiw_cep *cep, const char *key, u8 flags,
+			u16 ird, u16 ord, const void *pdata, unsigned int len)
+{
+	u8 hdr[MPA_HDR_LEN + MPA_ENHANCED_LEN];
+	struct msghdr msg = { .msg_flags = MSG_NOSIGNAL };
+	struct kvec iov[2] = {
+		{ .iov_base = hdr, .iov_len = sizeof(hdr) },
+		{ .iov_base = (void *)pdata, .iov_len = len },
+	};
+	int rv;
+
+	if (len > MPA_MAX_PD - MPA_ENHANCED_LEN)
+		return -EINVAL;
+	memcpy(hdr, key, 16);
+	hdr[16] = flags | MPA_FLAG_ENHANCED;
+	hdr[17] = 2;
+	put_unaligned_be16(len + MPA_ENHANCED_LEN, &hdr[18]);
+	put_unaligned_be16(ird, &hdr[20]);
+	put_unaligned_be16(ord, &hdr[22]);
+	rv = kernel_sendmsg(cep->sock, &msg, iov, len ? 2 : 1,
+			    sizeof(hdr) + len);
+	if (rv < 0)
+		return rv;
+	return rv == sizeof(hdr) + len ? 0 : -EIO;
+}
+
+/*
+ * Reads the peer's MPA frame, never past it (what follows is the
+ * provider's). 1 once complete, 0 for more to come, or an error.
+ */
+static int xiw_mpa_recv(struct xiw_cep *cep, const char *key)
+{
+	struct msghdr msg = { .msg_flags = MSG_DONTWAIT };
+	unsigned int want = MPA_HDR_LEN;
+	struct kvec iov;
+	int rv;
+
+	for (;;) {
+		if (cep->got >= MPA_HDR_LEN) {
+			if (memcmp(cep->frame, key, 16) || cep->frame[17] < 1 ||
+			    cep->frame[17] > 2)
+				return -EPROTO;
+			want = MPA_HDR_LEN + get_unaligned_be16(&cep->frame[18]);
+			if (want > sizeof(cep->frame))
+				return -EPROTO;
+		}
+		if (cep->got == want)
+			return 1;
+		iov.iov_base = cep->frame + cep->got;
+		iov.iov_len = want - cep->got;
+		rv = kernel_recvmsg(cep->sock, &msg, &iov, 1, iov.iov_len,
+				    MSG_DONTWAIT);
+		if (rv == -EAGAIN)
+			return 0;
+		if (rv < 0)
+			return rv;
+		if (rv == 0)
+			return -ECONNRESET;
+		cep->got += rv;
+	}
+}
+
+/* The peer's IRD/ORD block, if it sent one; the RTR kinds it flags. */
+static u16 xiw_mpa_peer(struct xiw_cep *cep, u16 *ird, u16 *ord)
+{
+	u16 len = get_unaligned_be16(&cep->frame[18]);
+	u16 i, o;
+
+	if (cep->frame[17] < 2 || !(cep->frame[16] & MPA_FLAG_ENHANCED) ||
+	    len < MPA_ENHANCED_LEN) {
+		*ird = 1;
+		*ord = 1;
+		return 0;
+	}
+	i = get_unaligned_be16(&cep->frame[20]);
+	o = get_unaligned_be16(&cep->frame[22]);
+	*ird = i & MPA_IRD_ORD_MASK;
+	*ord = o & MPA_IRD_ORD_MASK;
+	return (i & ~MPA_IRD_ORD_MASK) << 16 | (o & ~MPA_IRD_ORD_MASK);
+}
+
+/*
+ * Ends an endpoint: gives its socket its callbacks back and releases it (or
+ * the module's reference to its file, after the handover), unties it from
+ * its QP and its cm_id. The caller holds cep->lock and a reference of its
+ * own; it drops the references this returns the count of (the endpoint's
+ * own, and the cm_id's) after unlocking.
+ */
+static int xiw_cep_end(struct xiw_cep *cep)
+{
+	struct iw_cm_id *id = cep->cm_id;
+	struct xiw_qp *qp = cep->qp;
+	int n = 0;
+
+	cep->state = XIW_CEP_CLOSED;
+	xiw_cep_unwatch(cep);
+	if (cep->file) {
+		fput(cep->file);
+		cep->file = NULL;
+		cep->sock = NULL;
+	} else if (cep->sock) {
+		sock_release(cep->sock);
+		cep->sock = NULL;
+	}
+	if (qp) {
+		spin_lock(&qp->cep_lock);
+		if (qp->cep == cep)
+			qp->cep = NULL;
+		spin_unlock(&qp->cep_lock);
+		cep->qp = NULL;
+	}
+	if (id) {
+		cep->cm_id = NULL;
+		if (id->provider_data == cep) {
+			id->provider_data = NULL;
+			n++;
+		}
+		id->rem_ref(id);
+	}
+	if (cep->alive) {
+		cep->alive = false;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Takes the endpoint out of its context's lists (to take, taken); 1 if it
+ * was in one (the list's reference, for the caller to drop).
+ */
+static int xiw_cep_unready(struct xiw_cep *cep)
+{
+	struct xiw_ucontext *uctx = cep->uctx;
+	int was = 0;
+
+	if (!uctx)
+		return 0;
+	spin_lock(&uctx->lock);
+	if (!list_empty(&cep->entry)) {
+		list_del_init(&cep->entry);
+		was = 1;
+	}
+	spin_unlock(&uctx->lock);
+	return was;
+}
+
+/*
+ * The connection failed before it was reported established. The active
+ * side hears so in its reply; an accepted one (whose QP the connection
+ * manager holds until the connection closes) is reported established and
+ * closed at once. As xiw_cep_end, whose count it returns.
+ */
+static int xiw_cep_fail(struct xiw_cep *cep, int err)
+{
+	int n = xiw_cep_unready(cep);
+	bool bound = cep->state == XIW_CEP_AWAIT_TAKE ||
+		     cep->state == XIW_CEP_TAKEN;
+
+	if (cep->active && (bound || cep->state == XIW_CEP_AWAIT_REPLY)) {
+		xiw_cm_report(cep, cep->cm_id, IW_CM_EVENT_CONNECT_REPLY,
+			      err, false);
+	} else if (!cep->active && bound) {
+		xiw_cm_report(cep, cep->cm_id, IW_CM_EVENT_ESTABLISHED, 0, false);
+		xiw_cm_report(cep, cep->cm_id, IW_CM_EVENT_CLOSE, err, false);
+	}
+	return n + xiw_cep_end(cep);
+}
+
+/* Queues the connection for its owner's provider and wakes it. */
+static void xiw_cep_ready(struct xiw_cep *cep)
+{
+	struct xiw_ucontext *uctx = cep->uctx;
+
+	cep->state = XIW_CEP_AWAIT_TAKE;
+	kref_get(&cep->ref);
+	spin_lock(&uctx->lock);
+	list_add_tail(&cep->entry, &uctx->ready);
+	spin_unlock(&uctx->lock);
+	if (uctx->cm_ev)
+		xiw_eventfd_signal(uctx->cm_ev);
+}
+
+/* The ready-to-receive message: a zero-length RDMA Write if offered. */
+static int xiw_mpa_rtr(u32 offered)
+{
+	if (!(offered & (u32)MPA_P2P << 16))
+		return XIW_RTR_NONE;
+	if (offered & MPA_RTR_WRITE)
+		return XIW_RTR_WRITE;
+	return -EOPNOTSUPP;
+}
+
+/* Ties the endpoint to its QP (the caller's own) and its cm_id. */
+static void xiw_cep_bind(struct xiw_cep *cep, struct iw_cm_id *id,
+			 struct xiw_qp *qp)
+{
+	id->add_ref(id);
+	cep->cm_id = id;
+	if (!id->provider_data) {
+		kref_get(&cep->ref);
+		id->provider_data = cep;
+	}
+	cep->qp = qp;
+	cep->uctx = qp->uctx;
+	spin_lock(&qp->cep_lock);
+	qp->cep = cep;
+	spin_unlock(&qp->cep_lock);
+}
+
+/* The listener accepts what came; each connection then sends its Request. */
+static void xiw_cep_accept_all(struct xiw_cep *listener)
+{
+	struct xiw_cep *cep;
+	struct socket *s;
+
+	while (!kernel_accept(listener->sock, &s, O_NONBLOCK)) {
+		/* A child starts as a copy of the listener: its callbacks too. */
+		write_lock_bh(&s->sk->sk_callback_lock);
+		s->sk->sk_user_data = NULL;
+		s->sk->sk_data_ready = listener->orig_data_ready;
+		s->sk->sk_state_change = listener->orig_state_change;
+		write_unlock_bh(&s->sk->sk_callback_lock);
+		cep = xiw_cep_alloc(listener->xdev);
+		if (!cep) {
+			sock_release(s);
+			continue;
+		}
+		cep->sock = s;
+		cep->state = XIW_CEP_AWAIT_REQ;
+		cep->deadline = jiffies + XIW_MPA_TIMEOUT;
+		kref_get(&listener->ref);
+		cep->listener = listener;
+		list_add_tail(&cep->entry, &listener->children);
+		tcp_sock_set_nodelay(s->sk);
+		xiw_cep_watch(cep, true);
+		xiw_cep_kick(cep, 0);
+	}
+}
+
+/* A passive connection leaves its listener's list (listener->lock held). */
+static void xiw_cep_orphan(struct xiw_cep *cep)
+{
+	list_del_init(&cep->entry);
+	cep->listener = NULL;
+}
+
+/*
+ * Passive: the Request is in. Reported on the listener's cm_id, whose
+ * connection manager makes a cm_id for it (provider_data, a reference) and
+ * accepts or rejects. As xiw_cep_end, whose count it returns.
+ */
+static int xiw_cep_requested(struct xiw_cep *cep)
+{
+	struct xiw_cep *listener = cep->listener;
+	u32 offered = xiw_mpa_peer(cep, &cep->peer_ird, &cep->peer_ord);
+	int rtr = xiw_mpa_rtr(offered);
+	bool reported = false;
+	int n = 0;
+
+	if ((cep->frame[16] & MPA_FLAG_MARKERS) || rtr < 0) {
+		/* Markers and other RTR kinds are refused with the MPA reject. */
+		xiw_mpa_send(cep, mpa_rep_key, MPA_FLAG_REJECT, 0, 0, NULL, 0);
+		rtr = -1;
+	}
+	cep->rtr = rtr < 0 ? 0 : rtr;
+	cep->crc = mpa_crc || (cep->frame[16] & MPA_FLAG_CRC);
+	xiw_cep_watch(cep, false);
+	mutex_lock(&listener->lock);
+	xiw_cep_orphan(cep);
+	if (rtr >= 0 && listener->state == XIW_CEP_LISTEN && listener->cm_id) {
+		cep->state = XIW_CEP_AWAIT_ACCEPT;
+		/* For the cm_id the connection manager makes (provider_data). */
+		kref_get(&cep->ref);
+		xiw_cm_report(cep, listener->cm_id, IW_CM_EVENT_CONNECT_REQUEST,
+			      0, true);
+		reported = true;
+	}
+	mutex_unlock(&listener->lock);
+	xiw_cep_put(listener);
+	if (!reported)
+		n = xiw_cep_end(cep);
+	return n;
+}
+
+/* Active: the Reply is in. As xiw_cep_end, whose count it returns. */
+static int xiw_cep_replied(struct xiw_cep *cep)
+{
+	u32 offered = xiw_mpa_peer(cep, &cep->peer_ird, &cep->peer_ord);
+
+	if (cep->frame[16] & MPA_FLAG_REJECT)
+		return xiw_cep_fail(cep, -ECONNREFUSED);
+	if ((cep->frame[16] & MPA_FLAG_MARKERS) ||
+	    (mpa_crc && !(cep->frame[16] & MPA_FLAG_CRC)) ||
+	    (offered && xiw_mpa_rtr(offered) != XIW_RTR_WRITE))
+		/* A downgrading or unusable Reply. */
+		return xiw_cep_fail(cep, -ECONNREFUSED);
+	cep->crc = mpa_crc || (cep->frame[16] & MPA_FLAG_CRC);
+	cep->rtr = offered ? XIW_RTR_WRITE : XIW_RTR_NONE;
+	cep->ord = min(cep->ord, cep->peer_ird);
+	xiw_cep_watch(cep, false);
+	xiw_cep_ready(cep);
+	return 0;
+}
+
+/* Reads an MPA frame in; on to what it means. */
+static int xiw_cep_read_frame(struct xiw_cep *cep)
+{
+	bool req = cep->state == XIW_CEP_AWAIT_REQ;
+	struct xiw_cep *listener;
+	int rv;
+
+	rv = xiw_mpa_recv(cep, req ? mpa_req_key : mpa_rep_key);
+	if (rv == 0 && time_after_eq(jiffies, cep->deadline))
+		rv = -ETIMEDOUT;
+	if (rv == 0) {
+		/* Nothing yet: look again at the deadline. */
+		xiw_cep_kick(cep, cep->deadline - jiffies);
+		return 0;
+	}
+	if (rv > 0)
+		return req ? xiw_cep_requested(cep) : xiw_cep_replied(cep);
+	if (!req)
+		return xiw_cep_fail(cep, rv);
+	listener = cep->listener;
+	if (listener) {
+		mutex_lock(&listener->lock);
+		xiw_cep_orphan(cep);
+		mutex_unlock(&listener->lock);
+		xiw_cep_put(listener);
+	}
+	return xiw_cep_end(cep);
+}
+
+static void xiw_cep_work(struct work_struct *w)
+{
+	struct xiw_cep *cep = container_of(to_delayed_work(w), struct xiw_cep,
+					   work);
+	struct sock *sk;
+	int n = 0;
+
+	mutex_lock(&cep->lock);
+	switch (cep->state) {
+	case XIW_CEP_LISTEN:
+		xiw_cep_accept_all(cep);
+		break;
+	case XIW_CEP_AWAIT_REQ:
+	case XIW_CEP_AWAIT_REPLY:
+		n = xiw_cep_read_frame(cep);
+		break;
+	case XIW_CEP_AWAIT_ACCEPT:
+	case XIW_CEP_AWAIT_TAKE:
+	case XIW_CEP_TAKEN:
+		/* The peer went while the application or provider decides. */
+		if (cep->sock->sk->sk_state != TCP_ESTABLISHED)
+			n = xiw_cep_fail(cep, -ECONNRESET);
+		break;
+	case XIW_CEP_CONNECTED:
+		sk = cep->sock->sk;
+		if (sk->sk_state == TCP_ESTABLISHED || sk->sk_state == TCP_FIN_WAIT1 ||
+		    sk->sk_state == TCP_FIN_WAIT2)
+			break;
+		/*
+		 * The peer closed (or reset) the stream, or both ends did: the
+		 * connection manager hears of the disconnect and the close (it
+		 * tells the application on the close); the stream stays the
+		 * provider's.
+		 */
+		if (sk->sk_state == TCP_CLOSE_WAIT || sk->sk_state == TCP_LAST_ACK) {
+			cep->disconnect_reported = true;
+			xiw_cm_report(cep, cep->cm_id, IW_CM_EVENT_DISCONNECT, 0,
+				      false);
+		}
+		xiw_cm_report(cep, cep->cm_id, IW_CM_EVENT_CLOSE,
+			      sk->sk_state == TCP_CLOSE && !cep->disconnect_reported ?
+			      -ECONNRESET : 0, false);
+		n = xiw_cep_end(cep);
+		break;
+	case XIW_CEP_CLOSED:
+		break;
+	}
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n + 1);
+}
+
+/* The QP `qpn` on `xdev`, if the calling process made it. */
+static struct xiw_qp *xiw_cm_qp(struct xiw_device *xdev, u32 qpn)
+{
+	struct xiw_qp *qp = xa_load(&xdev->qps, qpn);
+
+	if (!qp || !qp->uctx || !qp->base.res.task ||
+	    !same_thread_group(qp->base.res.task, current))
+		return NULL;
+	return qp;
+}
+
+static int xiw_addr_len(const struct sockaddr_storage *a)
+{
+	return a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+					  sizeof(struct sockaddr_in);
+}
+
+int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
+{
+	struct xiw_device *xdev = to_xdev(id->device);
+	struct xiw_qp *qp = xiw_cm_qp(xdev, param->qpn);
+	struct xiw_cep *cep;
+	struct socket *s;
+	int rv;
+
+	if (!qp || READ_ONCE(qp->cep) ||
+	    param->private_data_len > MPA_MAX_PD - MPA_ENHANCED_LEN)
+		return -EINVAL;
+	rv = sock_create(id->remote_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
+	if (rv)
+		return rv;
+	/* The connect waits no longer than an MPA peer may take. */
+	s->sk->sk_sndtimeo = XIW_MPA_TIMEOUT;
+	rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
+			 xiw_addr_len(&id->local_addr));
+	if (!rv)
+		rv = kernel_connect(s, (struct sockaddr *)&id->remote_addr,
+				    xiw_addr_len(&id->remote_addr), 0);
+	if (rv) {
+		sock_release(s);
+		return rv;
+	}
+	tcp_sock_set_nodelay(s->sk);
+	cep = xiw_cep_alloc(xdev);
+	if (!cep) {
+		sock_release(s);
+		return -ENOMEM;
+	}
+	mutex_lock(&cep->lock);
+	cep->sock = s;
+	cep->active = true;
+	cep->ird = min_t(u32, param->ird, XIW_MAX_RD_ATOMIC);
+	cep->ord = min_t(u32, param->ord, XIW_MAX_RD_ATOMIC);
+	rv = xiw_mpa_send(cep, mpa_req_key, mpa_crc ? MPA_FLAG_CRC : 0,
+			  cep->ird | MPA_P2P, cep->ord | MPA_RTR_WRITE,
+			  param->private_data, param->private_data_len);
+	if (rv) {
+		xiw_cep_end(cep);
+		mutex_unlock(&cep->lock);
+		xiw_cep_put(cep);
+		return rv;
+	}
+	xiw_cep_bind(cep, id, qp);
+	cep->state = XIW_CEP_AWAIT_REPLY;
+	cep->deadline = jiffies + XIW_MPA_TIMEOUT;
+	xiw_cep_watch(cep, true);
+	xiw_cep_kick(cep, 0);
+	mutex_unlock(&cep->lock);
+	return 0;
+}
+
+int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
+{
+	struct xiw_cep *cep = id->provider_data;
+	struct xiw_device *xdev = to_xdev(id->device);
+	struct xiw_qp *qp;
+	int rv = -ECONNRESET;
+	int n = 0;
+
+	if (!cep)
+		return -EINVAL;
+	mutex_lock(&cep->lock);
+	if (cep->state != XIW_CEP_AWAIT_ACCEPT)
+		goto fail;
+	qp = xiw_cm_qp(xdev, param->qpn);
+	rv = -EINVAL;
+	if (!qp || READ_ONCE(qp->cep) ||
+	    param->private_data_len > MPA_MAX_PD - MPA_ENHANCED_LEN)
+		goto fail;
+	cep->ird = min_t(u32, param->ird, XIW_MAX_RD_ATOMIC);
+	cep->ord = min_t(u32, min_t(u32, param->ord, XIW_MAX_RD_ATOMIC),
+			 cep->peer_ird);
+	rv = xiw_mpa_send(cep, mpa_rep_key, cep->crc ? MPA_FLAG_CRC : 0,
+			  cep->ird | (cep->rtr ? MPA_P2P : 0),
+			  cep->ord | (cep->rtr == XIW_RTR_WRITE ? MPA_RTR_WRITE : 0),
+			  param->private_data, param->private_data_len);
+	if (rv)
+		goto fail;
+	xiw_cep_bind(cep, id, qp);
+	xiw_cep_ready(cep);
+	/* The peer may have gone meanwhile: the work looks. */
+	xiw_cep_kick(cep, 0);
+	mutex_unlock(&cep->lock);
+	return 0;
+fail:
+	n = xiw_cep_end(cep);
+	if (id->provider_data == cep) {
+		id->provider_data = NULL;
+		n++;
+	}
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n);
+	return rv;
+}
+
+int xiw_iw_reject(struct iw_cm_id *id, const void *pdata, u8 len)
+{
+	struct xiw_cep *cep = id->provider_data;
+	int n;
+
+	if (!cep)
+		return -EINVAL;
+	mutex_lock(&cep->lock);
+	if (cep->state == XIW_CEP_AWAIT_ACCEPT)
+		xiw_mpa_send(cep, mpa_rep_key, MPA_FLAG_REJECT, 0, 0, pdata, len);
+	n = xiw_cep_end(cep);
+	if (id->provider_data == cep) {
+		id->provider_data = NULL;
+		n++;
+	}
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n);
+	return 0;
+}
+
+int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
+{
+	struct xiw_device *xdev = to_xdev(id->device);
+	struct xiw_cep *cep;
+	struct socket *s;
+	int rv;
+
+	rv = sock_create(id->local_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
+	if (rv)
+		return rv;
+	sock_set_reuseaddr(s->sk);
+	rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
+			 xiw_addr_len(&id->local_addr));
+	if (!rv)
+		rv = kernel_listen(s, backlog);
+	if (rv) {
+		sock_release(s);
+		return rv;
+	}
+	cep = xiw_cep_alloc(xdev);
+	if (!cep) {
+		sock_release(s);
+		return -ENOMEM;
+	}
+	mutex_lock(&cep->lock);
+	cep->sock = s;
+	cep->state = XIW_CEP_LISTEN;
+	id->add_ref(id);
+	cep->cm_id = id;
+	kref_get(&cep->ref);
+	id->provider_data = cep;
+	xiw_cep_watch(cep, true);
+	xiw_cep_kick(cep, 0);
+	mutex_unlock(&cep->lock);
+	return 0;
+}
+
+int xiw_iw_destroy_listen(struct iw_cm_id *id)
+{
+	struct xiw_cep *cep = id->provider_data;
+	struct xiw_cep *c;
+	int n;
+
+	if (!cep)
+		return 0;
+	mutex_lock(&cep->lock);
+	cep->state = XIW_CEP_CLOSED;
+	xiw_cep_unwatch(cep);
+	mutex_unlock(&cep->lock);
+	if (cancel_delayed_work_sync(&cep->work))
+		xiw_cep_put(cep);
+	/* Connections whose Request has not been reported end here. */
+	for (;;) {
+		mutex_lock(&cep->lock);
+		c = list_first_entry_or_null(&cep->children, struct xiw_cep,
+					     entry);
+		if (c) {
+			xiw_cep_orphan(c);
+			kref_get(&c->ref);
+		}
+		mutex_unlock(&cep->lock);
+		if (!c)
+			break;
+		xiw_cep_put(cep);
+		if (cancel_delayed_work_sync(&c->work))
+			xiw_cep_put(c);
+		mutex_lock(&c->lock);
+		n = xiw_cep_end(c);
+		mutex_unlock(&c->lock);
+		xiw_cep_put_n(c, n + 1);
+	}
+	mutex_lock(&cep->lock);
+	n = xiw_cep_end(cep);
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n);
+	return 0;
+}
+
+/* The endpoint of QP `qp`, with a reference, if it has one. */
+static struct xiw_cep *xiw_qp_cep(struct xiw_qp *qp)
+{
+	struct xiw_cep *cep;
+
+	spin_lock(&qp->cep_lock);
+	cep = qp->cep;
+	if (cep)
+		kref_get(&cep->ref);
+	spin_unlock(&qp->cep_lock);
+	return cep;
+}
+
+/*
+ * The connection manager takes the QP down (rdma_disconnect, or the
+ * connection's end): SQD ends the stream in order, ERR at once. The
+ * provider, which owns the stream, sees it end.
+ */
+void xiw_cm_qp_down(struct xiw_qp *qp, enum ib_qp_state state)
+{
+	struct xiw_cep *cep = xiw_qp_cep(qp);
+
+	if (!cep)
+		return;
+	mutex_lock(&cep->lock);
+	if (cep->file && cep->sock)
+		kernel_sock_shutdown(cep->sock,
+				     state == IB_QPS_SQD ? SHUT_WR : SHUT_RDWR);
+	mutex_unlock(&cep->lock);
+	xiw_cep_put(cep);
+}
+
+/* The QP goes: its connection ends now, reported closed. */
+void xiw_cm_qp_destroyed(struct xiw_qp *qp)
+{
+	struct xiw_cep *cep = xiw_qp_cep(qp);
+	int n;
+
+	if (!cep)
+		return;
+	if (cancel_delayed_work_sync(&cep->work))
+		xiw_cep_put(cep);
+	mutex_lock(&cep->lock);
+	if (cep->state == XIW_CEP_CONNECTED) {
+		xiw_cm_report(cep, cep->cm_id, IW_CM_EVENT_CLOSE, 0, false);
+		n = xiw_cep_end(cep);
+	} else {
+		n = xiw_cep_fail(cep, -ECONNRESET);
+	}
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n + 1);
+}
+
+/* The next endpoint of one of the context's lists, with the list's reference. */
+static struct xiw_cep *xiw_uctx_pop(struct xiw_ucontext *uctx,
+				    struct list_head *list)
+{
+	struct xiw_cep *cep;
+
+	spin_lock(&uctx->lock);
+	cep = list_first_entry_or_null(list, struct xiw_cep, entry);
+	if (cep)
+		list_del_init(&cep->entry);
+	spin_unlock(&uctx->lock);
+	return cep;
+}
+
+/*
+ * Connections the provider took (and has made its QPs' streams since) are
+ * reported established now: the application hears of a connection only
+ * once the provider owns it.
+ */
+static void xiw_cm_report_taken(struct xiw_ucontext *uctx)
+{
+	struct xiw_cep *cep;
+
+	while ((cep = xiw_uctx_pop(uctx, &uctx->taken))) {
+		mutex_lock(&cep->lock);
+		if (cep->state == XIW_CEP_TAKEN) {
+			cep->state = XIW_CEP_CONNECTED;
+			xiw_cm_report(cep, cep->cm_id, cep->active ?
+				      IW_CM_EVENT_CONNECT_REPLY :
+				      IW_CM_EVENT_ESTABLISHED, 0, cep->active);
+			/* A disconnect that came meanwhile is seen now. */
+			xiw_cep_kick(cep, 0);
+		}
+		mutex_unlock(&cep->lock);
+		xiw_cep_put(cep);
+	}
+}
+
+/* The context goes: connections waiting for its provider fail. */
+void xiw_cm_uctx_gone(struct xiw_ucontext *uctx)
+{
+	struct xiw_cep *cep;
+	int n;
+
+	for (;;) {
+		cep = xiw_uctx_pop(uctx, &uctx->taken);
+		if (!cep)
+			cep = xiw_uctx_pop(uctx, &uctx->ready);
+		if (!cep)
+			break;
+		mutex_lock(&cep->lock);
+		n = xiw_cep_fail(cep, -ECONNRESET);
+		mutex_unlock(&cep->lock);
+		/* And the list's reference. */
+		xiw_cep_put_n(cep, n + 1);
+	}
+}
+
+/*
+ * The provider takes the next connection of its context: the socket becomes
+ * one of its descriptors, and the connection manager hears it is up.
+ */
+static int UVERBS_HANDLER(XIW_METHOD_TAKE_STREAM)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_ucontext *ibuctx = ib_uverbs_get_ucontext(attrs);
+	struct xiw_stream out = {};
+	struct xiw_ucontext *uctx;
+	struct xiw_cep *cep;
+	struct file *file;
+	int fd, rv, n;
+
+	if (IS_ERR(ibuctx))
+		return PTR_ERR(ibuctx);
+	uctx = container_of(ibuctx, struct xiw_ucontext, base);
+	/* What the provider took before is its QPs' now: report it. */
+	xiw_cm_report_taken(uctx);
+	cep = xiw_uctx_pop(uctx, &uctx->ready);
+	if (!cep)
+		return -EAGAIN;
+
+	/* The list's reference is this call's now. */
+	mutex_lock(&cep->lock);
+	rv = -ECONNRESET;
+	if (cep->state != XIW_CEP_AWAIT_TAKE || !cep->qp)
+		goto fail;
+	fd = get_unused_fd_flags(O_CLOEXEC);
+	if (fd < 0) {
+		rv = fd;
+		goto fail;
+	}
+	file = sock_alloc_file(cep->sock, O_NONBLOCK, NULL);
+	if (IS_ERR(file)) {
+		/* The socket went with the failure. */
+		cep->sock = NULL;
+		put_unused_fd(fd);
+		rv = PTR_ERR(file);
+		goto fail;
+	}
+	/* The module keeps a reference, to end the stream on disconnect. */
+	cep->file = get_file(file);
+	out.qpn = cep->qp->base.qp_num;
+	out.fd = fd;
+	out.ird = cep->ird;
+	out.ord = cep->ord;
+	out.peer_ird = cep->peer_ird;
+	out.peer_ord = cep->peer_ord;
+	out.initiator = cep->active;
+	out.crc = cep->crc;
+	out.rtr = cep->rtr;
+	rv = uverbs_copy_to(attrs, XIW_ATTR_TAKE_STREAM_RESP, &out, sizeof(out));
+	if (rv) {
+		put_unused_fd(fd);
+		fput(file);
+		goto fail;
+	}
+	fd_install(fd, file);
+	/* Reported on the provider's next call, once its QP has the stream. */
+	cep->state = XIW_CEP_TAKEN;
+	spin_lock(&uctx->lock);
+	list_add_tail(&cep->entry, &uctx->taken);
+	spin_unlock(&uctx->lock);
+	mutex_unlock(&cep->lock);
+	/* The call's reference is the taken list's now. */
+	return 0;
+fail:
+	n = xiw_cep_fail(cep, rv);
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n + 1);
+	return rv;
+}
+
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_TAKE_STREAM,
+			    UVERBS_ATTR_PTR_OUT(XIW_ATTR_TAKE_STREAM_RESP,
+						UVERBS_ATTR_TYPE(struct xiw_stream),
+						UA_MANDATORY));
+
+ADD_UVERBS_METHODS(xiw_device_methods, UVERBS_OBJECT_DEVICE,
+		   &UVERBS_METHOD(XIW_METHOD_TAKE_STREAM));
+
+const struct uapi_definition xiw_cm_uapi_defs[] = {
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &xiw_device_methods),
+	{},
+};
+
+int xiw_cm_init(void)
+{
+	xiw_cm_wq = alloc_ordered_workqueue("xiw_cm", WQ_MEM_RECLAIM);
+	return xiw_cm_wq ? 0 : -ENOMEM;
+}
+
+void xiw_cm_exit(void)
+{
+	destroy_workqueue(xiw_cm_wq);
+}
