@@ -138,6 +138,24 @@ struct Pending {
     since: Instant,
 }
 
+/// A non-blocking, close-on-exec eventfd.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: a plain system call making a new descriptor.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor, ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Resets the eventfd `fd` (reads its count; nothing if it is 0).
+pub fn drain_eventfd(fd: RawFd) {
+    let mut v = 0u64;
+    // SAFETY: reading 8 bytes from an eventfd into a live u64.
+    unsafe { libc::read(fd, &mut v as *mut u64 as *mut libc::c_void, 8) };
+}
+
 pub fn token(qpn: u32, kind: u64) -> u64 {
     (qpn as u64) << 8 | kind
 }
@@ -242,13 +260,7 @@ impl Shared {
         }
         // SAFETY: a fresh descriptor.
         let epfd = unsafe { OwnedFd::from_raw_fd(epfd) };
-        // SAFETY: plain syscall.
-        let kick = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if kick < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh descriptor.
-        let kick = unsafe { OwnedFd::from_raw_fd(kick) };
+        let kick = eventfd()?;
         let log = crate::log::Target::new(dev.ibdev.clone());
         let sh = Shared {
             dev,
@@ -469,9 +481,7 @@ impl Shared {
         let (Some(k), Some(ev)) = (self.kernel, &self.kernel_cm) else {
             return;
         };
-        let mut v = 0u64;
-        // SAFETY: reading 8 bytes from our eventfd into a live u64.
-        unsafe { libc::read(ev.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        drain_eventfd(ev.as_raw_fd());
         while let Ok(s) = k.take_stream() {
             // SAFETY: the module installed the descriptor for this process.
             let fd = unsafe { OwnedFd::from_raw_fd(s.fd) };

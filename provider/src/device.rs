@@ -1,7 +1,7 @@
 //! Registration with libibverbs, devices and contexts.
 
 use std::ffi::CStr;
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::Ordering;
@@ -160,10 +160,8 @@ unsafe extern "C" fn alloc_context(
         // eventfd when rdma_cm has a connection for the provider.
         let mut cm_ev = None;
         if kernel {
-            // SAFETY: a plain system call making a new descriptor.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-            // SAFETY: a fresh descriptor, ours (if the call made one).
-            cm_ev = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+            cm_ev = crate::context::eventfd().ok();
+            let fd = cm_ev.as_ref().map_or(-1, |e| e.as_raw_fd());
             // SAFETY: vctx was just made on the device's command fd.
             if let Err(e) = unsafe { lib.get_context(vctx, fd) } {
                 eprintln!(

@@ -42,11 +42,23 @@ impl Private {
         vctx: *mut xiw_abi::verbs::verbs_context,
         cm_eventfd: i32,
     ) -> Result<(), i32> {
-        let mut cmd = [0u64; p::GET_CONTEXT_CMD_SIZE / 8];
-        // The driver data follows the header and the response pointer.
-        cmd[2] = u64::from(cm_eventfd as u32);
+        /// `struct ibv_get_context` (header and response pointer, which
+        /// libibverbs fills in), then xiw's driver data.
+        #[repr(C)]
+        struct Cmd {
+            core: [u64; 2],
+            req: xiw_abi::kernel::AllocUcontextReq,
+        }
+        const { assert!(size_of::<Cmd>() == p::GET_CONTEXT_CMD_SIZE) };
+        let mut cmd = Cmd {
+            core: [0; 2],
+            req: xiw_abi::kernel::AllocUcontextReq {
+                cm_eventfd,
+                reserved: 0,
+            },
+        };
         let mut resp = [0u64; p::GET_CONTEXT_RESP_SIZE / 8];
-        let (c, r) = (cmd.as_mut_ptr().cast(), resp.as_mut_ptr().cast());
+        let (c, r) = ((&mut cmd as *mut Cmd).cast(), resp.as_mut_ptr().cast());
         let (cs, rs) = (p::GET_CONTEXT_CMD_SIZE, p::GET_CONTEXT_RESP_SIZE);
         // SAFETY: buffers of the sizes given, as the helper's type says.
         let rc = unsafe {

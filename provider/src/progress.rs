@@ -69,15 +69,7 @@ pub fn run(sh: Arc<Shared>) {
         for ev in &events[..n.max(0) as usize] {
             let (tok, bits) = (ev.u64, ev.events);
             if tok == TOKEN_KICK {
-                let mut v = 0u64;
-                // SAFETY: reading 8 bytes from our eventfd into a live u64.
-                unsafe {
-                    libc::read(
-                        sh.kick.as_raw_fd(),
-                        &mut v as *mut u64 as *mut libc::c_void,
-                        8,
-                    )
-                };
+                drain_eventfd(sh.kick.as_raw_fd());
                 continue;
             }
             let r = catch_unwind(AssertUnwindSafe(|| dispatch(&sh, tok, bits)));

@@ -492,22 +492,10 @@ impl Endpoint for Qp {
         // does once the stream is up (the active side's QP is still INIT).
         let moved = self
             .state
-            .compare_exchange(
-                IBV_QPS_INIT,
-                IBV_QPS_RTS,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-            || self
-                .state
-                .compare_exchange(
-                    IBV_QPS_RTR,
-                    IBV_QPS_RTS,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok();
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                matches!(s, IBV_QPS_INIT | IBV_QPS_RTR).then_some(IBV_QPS_RTS)
+            })
+            .is_ok();
         if moved {
             {
                 let a = self.attrs.lock().unwrap_or_else(|e| e.into_inner());

@@ -9,7 +9,12 @@ use crate::devinfo;
 use crate::log;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
 
-fn allowed(cur: u32, new: u32) -> bool {
+/// Whether `cur` -> `new` is a transition. In kernel mode, rdma_cm's too:
+/// its move to RTS of an iWARP QP names no state (the RNIC moves it once the
+/// stream is up), so attributes change in any state; rdma_disconnect moves
+/// the QP to SQD, the graceful close (the connection manager then ends the
+/// stream after what is queued, and the QP goes on to the error state).
+fn allowed(cur: u32, new: u32, kernel: bool) -> bool {
     matches!(
         (cur, new),
         (_, IBV_QPS_RESET)
@@ -19,7 +24,7 @@ fn allowed(cur: u32, new: u32) -> bool {
             | (IBV_QPS_INIT, IBV_QPS_RTR)
             | (IBV_QPS_RTR, IBV_QPS_RTS)
             | (IBV_QPS_RTS, IBV_QPS_RTS)
-    )
+    ) || kernel && (cur == new || new == IBV_QPS_SQD && matches!(cur, IBV_QPS_RTS | IBV_QPS_SQD))
 }
 
 /// Moves the QP from `cur` to `new`, unless another thread changed its state
@@ -43,15 +48,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
         return Err(libc::EINVAL);
     }
-    // Kernel mode: rdma_cm's move to RTS of an iWARP QP names no state (the
-    // RNIC moves it once the stream is up): attributes only, in any state.
-    let attrs_only = sh.kernel.is_some() && mask & IBV_QP_STATE == 0;
-    // Kernel mode: rdma_disconnect moves an iWARP QP to SQD, the graceful
-    // close; the connection manager then ends the stream after what is
-    // queued (the module's part), and the QP goes on to the error state.
-    let sqd =
-        sh.kernel.is_some() && new == IBV_QPS_SQD && (cur == IBV_QPS_RTS || cur == IBV_QPS_SQD);
-    if !allowed(cur, new) && !attrs_only && !sqd {
+    if !allowed(cur, new, sh.kernel.is_some()) {
         log::debug(
             &sh.log,
             format_args!("modify_qp: {cur} -> {new} is not a valid transition"),
