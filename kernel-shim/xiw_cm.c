@@ -203,6 +203,39 @@ static struct xiw_cep *xiw_cep_alloc(struct xiw_device *xdev)
 	return cep;
 }
 
+/* Whether the peer's frame (its header in) carries RFC 6581's IRD/ORD block. */
+static bool xiw_mpa_enhanced(const struct xiw_cep *cep)
+{
+	return cep->frame[17] >= 2 && (cep->frame[16] & MPA_FLAG_ENHANCED) &&
+	       get_unaligned_be16(&cep->frame[18]) >= MPA_ENHANCED_LEN;
+}
+
+/* Where the application's private data of the peer's frame starts; its length. */
+static unsigned int xiw_mpa_pdata(const struct xiw_cep *cep, unsigned int *len)
+{
+	unsigned int off = xiw_mpa_enhanced(cep) ? MPA_ENHANCED_LEN : 0;
+
+	*len = get_unaligned_be16(&cep->frame[18]) - off;
+	return MPA_HDR_LEN + off;
+}
+
+/*
+ * A new endpoint for the connected, accepted or listening socket `s`, which
+ * it owns from now on; NULL (the socket released) without memory.
+ */
+static struct xiw_cep *xiw_cep_of_sock(struct xiw_device *xdev,
+				       struct socket *s)
+{
+	struct xiw_cep *cep = xiw_cep_alloc(xdev);
+
+	if (!cep) {
+		sock_release(s);
+		return NULL;
+	}
+	cep->sock = s;
+	return cep;
+}
+
 /* Reports `type` to the connection manager on the endpoint's cm_id. */
 static void xiw_cm_report(struct xiw_cep *cep, struct iw_cm_id *id,
 			  enum iw_cm_event_type type, int status, bool pdata)
@@ -223,14 +256,9 @@ static void xiw_cm_report(struct xiw_cep *cep, struct iw_cm_id *id,
 		ev.remote_addr = id->remote_addr;
 	}
 	if (pdata && cep->got >= MPA_HDR_LEN) {
-		len = get_unaligned_be16(&cep->frame[18]);
-		if (len >= MPA_ENHANCED_LEN && (cep->frame[16] & MPA_FLAG_ENHANCED)) {
-			ev.private_data = &cep->frame[MPA_HDR_LEN + MPA_ENHANCED_LEN];
-			ev.private_data_len = len - MPA_ENHANCED_LEN;
-		} else if (len) {
-			ev.private_data = &cep->frame[MPA_HDR_LEN];
-			ev.private_data_len = len;
-		}
+		/* xiw_mpa_recv took only frames whose data fits the event. */
+		ev.private_data = &cep->frame[xiw_mpa_pdata(cep, &len)];
+		ev.private_data_len = len;
 		ev.ird = cep->peer_ird;
 		ev.ord = cep->peer_ord;
 	}
@@ -272,6 +300,7 @@ static int xiw_mpa_recv(struct xiw_cep *cep, const char *key)
 {
 	struct msghdr msg = { .msg_flags = MSG_DONTWAIT };
 	unsigned int want = MPA_HDR_LEN;
+	unsigned int len;
 	struct kvec iov;
 	int rv;
 
@@ -283,6 +312,10 @@ static int xiw_mpa_recv(struct xiw_cep *cep, const char *key)
 			want = MPA_HDR_LEN + get_unaligned_be16(&cep->frame[18]);
 			if (want > sizeof(cep->frame))
 				return -EPROTO;
+			/* The connection manager carries at most 255 bytes of it. */
+			xiw_mpa_pdata(cep, &len);
+			if (len > U8_MAX)
+				return -EMSGSIZE;
 		}
 		if (cep->got == want)
 			return 1;
@@ -303,11 +336,9 @@ static int xiw_mpa_recv(struct xiw_cep *cep, const char *key)
 /* The peer's IRD/ORD block, if it sent one; the RTR kinds it flags. */
 static u16 xiw_mpa_peer(struct xiw_cep *cep, u16 *ird, u16 *ord)
 {
-	u16 len = get_unaligned_be16(&cep->frame[18]);
 	u16 i, o;
 
-	if (cep->frame[17] < 2 || !(cep->frame[16] & MPA_FLAG_ENHANCED) ||
-	    len < MPA_ENHANCED_LEN) {
+	if (!xiw_mpa_enhanced(cep)) {
 		*ird = 1;
 		*ord = 1;
 		return 0;
@@ -430,9 +461,28 @@ static int xiw_mpa_rtr(u32 offered)
 	return -EOPNOTSUPP;
 }
 
-/* Ties the endpoint to its QP (the caller's own) and its cm_id. */
-static void xiw_cep_bind(struct xiw_cep *cep, struct iw_cm_id *id,
-			 struct xiw_qp *qp)
+/*
+ * Ties the endpoint to QP `qp` (the caller's own); -EBUSY if another
+ * endpoint has it. xiw_cep_end unties them.
+ */
+static int xiw_cep_claim(struct xiw_cep *cep, struct xiw_qp *qp)
+{
+	int rv = 0;
+
+	spin_lock(&qp->cep_lock);
+	if (qp->cep) {
+		rv = -EBUSY;
+	} else {
+		qp->cep = cep;
+		cep->qp = qp;
+		cep->uctx = qp->uctx;
+	}
+	spin_unlock(&qp->cep_lock);
+	return rv;
+}
+
+/* Ties the endpoint to its cm_id: a reference each way. */
+static void xiw_cep_bind(struct xiw_cep *cep, struct iw_cm_id *id)
 {
 	id->add_ref(id);
 	cep->cm_id = id;
@@ -440,11 +490,6 @@ static void xiw_cep_bind(struct xiw_cep *cep, struct iw_cm_id *id,
 		kref_get(&cep->ref);
 		id->provider_data = cep;
 	}
-	cep->qp = qp;
-	cep->uctx = qp->uctx;
-	spin_lock(&qp->cep_lock);
-	qp->cep = cep;
-	spin_unlock(&qp->cep_lock);
 }
 
 /* The listener accepts what came; each connection then sends its Request. */
@@ -460,12 +505,9 @@ static void xiw_cep_accept_all(struct xiw_cep *listener)
 		s->sk->sk_data_ready = listener->orig_data_ready;
 		s->sk->sk_state_change = listener->orig_state_change;
 		write_unlock_bh(&s->sk->sk_callback_lock);
-		cep = xiw_cep_alloc(listener->xdev);
-		if (!cep) {
-			sock_release(s);
+		cep = xiw_cep_of_sock(listener->xdev, s);
+		if (!cep)
 			continue;
-		}
-		cep->sock = s;
 		cep->state = XIW_CEP_AWAIT_REQ;
 		cep->deadline = jiffies + XIW_MPA_TIMEOUT;
 		kref_get(&listener->ref);
@@ -645,10 +687,9 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	struct xiw_qp *qp = xiw_cm_qp(xdev, param->qpn);
 	struct xiw_cep *cep;
 	struct socket *s;
-	int rv;
+	int rv, n;
 
-	if (!qp || READ_ONCE(qp->cep) ||
-	    param->private_data_len > MPA_MAX_PD - MPA_ENHANCED_LEN)
+	if (!qp || param->private_data_len > MPA_MAX_PD - MPA_ENHANCED_LEN)
 		return -EINVAL;
 	rv = sock_create(id->remote_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
 	if (rv)
@@ -665,26 +706,25 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 		return rv;
 	}
 	tcp_sock_set_nodelay(s->sk);
-	cep = xiw_cep_alloc(xdev);
-	if (!cep) {
-		sock_release(s);
+	cep = xiw_cep_of_sock(xdev, s);
+	if (!cep)
 		return -ENOMEM;
-	}
 	mutex_lock(&cep->lock);
-	cep->sock = s;
 	cep->active = true;
 	cep->ird = min_t(u32, param->ird, XIW_MAX_RD_ATOMIC);
 	cep->ord = min_t(u32, param->ord, XIW_MAX_RD_ATOMIC);
-	rv = xiw_mpa_send(cep, mpa_req_key, mpa_crc ? MPA_FLAG_CRC : 0,
-			  cep->ird | MPA_P2P, cep->ord | MPA_RTR_WRITE,
-			  param->private_data, param->private_data_len);
+	rv = xiw_cep_claim(cep, qp);
+	if (!rv)
+		rv = xiw_mpa_send(cep, mpa_req_key, mpa_crc ? MPA_FLAG_CRC : 0,
+				  cep->ird | MPA_P2P, cep->ord | MPA_RTR_WRITE,
+				  param->private_data, param->private_data_len);
 	if (rv) {
-		xiw_cep_end(cep);
+		n = xiw_cep_end(cep);
 		mutex_unlock(&cep->lock);
-		xiw_cep_put(cep);
+		xiw_cep_put_n(cep, n);
 		return rv;
 	}
-	xiw_cep_bind(cep, id, qp);
+	xiw_cep_bind(cep, id);
 	cep->state = XIW_CEP_AWAIT_REPLY;
 	cep->deadline = jiffies + XIW_MPA_TIMEOUT;
 	xiw_cep_watch(cep, true);
@@ -708,8 +748,10 @@ int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 		goto fail;
 	qp = xiw_cm_qp(xdev, param->qpn);
 	rv = -EINVAL;
-	if (!qp || READ_ONCE(qp->cep) ||
-	    param->private_data_len > MPA_MAX_PD - MPA_ENHANCED_LEN)
+	if (!qp || param->private_data_len > MPA_MAX_PD - MPA_ENHANCED_LEN)
+		goto fail;
+	rv = xiw_cep_claim(cep, qp);
+	if (rv)
 		goto fail;
 	cep->ird = min_t(u32, param->ird, XIW_MAX_RD_ATOMIC);
 	cep->ord = min_t(u32, min_t(u32, param->ord, XIW_MAX_RD_ATOMIC),
@@ -720,7 +762,7 @@ int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 			  param->private_data, param->private_data_len);
 	if (rv)
 		goto fail;
-	xiw_cep_bind(cep, id, qp);
+	xiw_cep_bind(cep, id);
 	xiw_cep_ready(cep);
 	/* The peer may have gone meanwhile: the work looks. */
 	xiw_cep_kick(cep, 0);
@@ -776,13 +818,10 @@ int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 		sock_release(s);
 		return rv;
 	}
-	cep = xiw_cep_alloc(xdev);
-	if (!cep) {
-		sock_release(s);
+	cep = xiw_cep_of_sock(xdev, s);
+	if (!cep)
 		return -ENOMEM;
-	}
 	mutex_lock(&cep->lock);
-	cep->sock = s;
 	cep->state = XIW_CEP_LISTEN;
 	id->add_ref(id);
 	cep->cm_id = id;

@@ -29,21 +29,6 @@ static int UVERBS_HANDLER(XIW_METHOD_CQ_NOTIFY)(struct uverbs_attr_bundle *attrs
 	return 0;
 }
 
-/* The event the provider asks for, if it is one its kind of object has. */
-static int xiw_event_type(struct uverbs_attr_bundle *attrs,
-			  const enum ib_event_type *allowed, int n, u32 *type)
-{
-	int i, rv;
-
-	rv = uverbs_get_const(type, attrs, XIW_ATTR_EVENT_TYPE);
-	if (rv)
-		return rv;
-	for (i = 0; i < n; i++)
-		if (*type == allowed[i])
-			return 0;
-	return -EINVAL;
-}
-
 static const enum ib_event_type xiw_qp_events[] = {
 	IB_EVENT_QP_FATAL, IB_EVENT_QP_REQ_ERR, IB_EVENT_QP_ACCESS_ERR,
 	IB_EVENT_COMM_EST, IB_EVENT_SQ_DRAINED, IB_EVENT_QP_LAST_WQE_REACHED,
@@ -55,22 +40,43 @@ static const enum ib_event_type xiw_srq_events[] = {
 	IB_EVENT_SRQ_ERR, IB_EVENT_SRQ_LIMIT_REACHED,
 };
 
+/*
+ * The event the provider asks for, on an object of `dev`, into `ev`, if it
+ * is one of `allowed` (those its kind of object has).
+ */
+static int xiw_event(struct uverbs_attr_bundle *attrs, struct ib_device *dev,
+		     const enum ib_event_type *allowed, int n,
+		     struct ib_event *ev)
+{
+	u32 type;
+	int i, rv;
+
+	rv = uverbs_get_const(&type, attrs, XIW_ATTR_EVENT_TYPE);
+	if (rv)
+		return rv;
+	for (i = 0; i < n; i++) {
+		if (type == allowed[i]) {
+			ev->device = dev;
+			ev->event = type;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 static int UVERBS_HANDLER(XIW_METHOD_QP_EVENT)(struct uverbs_attr_bundle *attrs)
 {
 	struct ib_qp *qp = uverbs_attr_get_obj(attrs, XIW_ATTR_EVENT_HANDLE);
 	struct ib_event ev = {};
-	u32 type;
 	int rv;
 
 	if (IS_ERR(qp))
 		return PTR_ERR(qp);
-	rv = xiw_event_type(attrs, xiw_qp_events, ARRAY_SIZE(xiw_qp_events),
-			    &type);
+	rv = xiw_event(attrs, qp->device, xiw_qp_events,
+		       ARRAY_SIZE(xiw_qp_events), &ev);
 	if (rv)
 		return rv;
-	ev.device = qp->device;
 	ev.element.qp = qp;
-	ev.event = type;
 	if (qp->event_handler)
 		qp->event_handler(&ev, qp->qp_context);
 	return 0;
@@ -80,18 +86,15 @@ static int UVERBS_HANDLER(XIW_METHOD_CQ_EVENT)(struct uverbs_attr_bundle *attrs)
 {
 	struct ib_cq *cq = uverbs_attr_get_obj(attrs, XIW_ATTR_EVENT_HANDLE);
 	struct ib_event ev = {};
-	u32 type;
 	int rv;
 
 	if (IS_ERR(cq))
 		return PTR_ERR(cq);
-	rv = xiw_event_type(attrs, xiw_cq_events, ARRAY_SIZE(xiw_cq_events),
-			    &type);
+	rv = xiw_event(attrs, cq->device, xiw_cq_events,
+		       ARRAY_SIZE(xiw_cq_events), &ev);
 	if (rv)
 		return rv;
-	ev.device = cq->device;
 	ev.element.cq = cq;
-	ev.event = type;
 	if (cq->event_handler)
 		cq->event_handler(&ev, cq->cq_context);
 	return 0;
@@ -101,18 +104,15 @@ static int UVERBS_HANDLER(XIW_METHOD_SRQ_EVENT)(struct uverbs_attr_bundle *attrs
 {
 	struct ib_srq *srq = uverbs_attr_get_obj(attrs, XIW_ATTR_EVENT_HANDLE);
 	struct ib_event ev = {};
-	u32 type;
 	int rv;
 
 	if (IS_ERR(srq))
 		return PTR_ERR(srq);
-	rv = xiw_event_type(attrs, xiw_srq_events, ARRAY_SIZE(xiw_srq_events),
-			    &type);
+	rv = xiw_event(attrs, srq->device, xiw_srq_events,
+		       ARRAY_SIZE(xiw_srq_events), &ev);
 	if (rv)
 		return rv;
-	ev.device = srq->device;
 	ev.element.srq = srq;
-	ev.event = type;
 	if (srq->event_handler)
 		srq->event_handler(&ev, srq->srq_context);
 	return 0;
