@@ -146,6 +146,10 @@ export PATH=/bin:/sbin:/usr/bin:/usr/sbin:/usr/local/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+# The kernel logs to the second serial port; the script's output goes to
+# the first.
+exec >/dev/ttyS0 2>&1 </dev/null
+echo "XIW-VM-INIT"
 mount -t tmpfs tmp /tmp
 while read -r m; do
     insmod "/lib/modules/$m" || echo "XIW-VM: insmod $m failed"
@@ -169,16 +173,46 @@ chmod +x "$ir/init" "$ir/test.sh"
 (cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$work/initrd.gz"
 
 console=$work/console.log
-timeout "${XIW_VM_TIMEOUT:-600}" qemu-system-x86_64 \
-    -accel tcg,thread=multi -cpu max -m 2048 -smp 2 \
-    -nographic -no-reboot -monitor none -serial "file:$console" \
-    -kernel "$root/boot/vmlinuz-$kver" -initrd "$work/initrd.gz" \
-    -append "console=ttyS0 quiet panic=-1 oops=panic" \
-    -nic none </dev/null >&2 || true
+klog=$work/kernel.log
+# One boot; returns 1 if the kernel never reached init in boot_limit
+# seconds (qemu is then stopped), 0 otherwise.
+boot_limit=${XIW_VM_BOOT_TIMEOUT:-240}
+boot() {
+    : >"$console"
+    : >"$klog"
+    timeout "${XIW_VM_TIMEOUT:-600}" qemu-system-x86_64 \
+        -accel tcg,thread=multi -cpu max -m 2048 -smp 2 \
+        -nographic -no-reboot -monitor none \
+        -serial "file:$console" -serial "file:$klog" \
+        -kernel "$root/boot/vmlinuz-$kver" -initrd "$work/initrd.gz" \
+        -append "console=ttyS1 loglevel=6 panic=-1 oops=panic" \
+        -nic none </dev/null >&2 &
+    local qemu=$! t=0
+    until grep -q '^XIW-VM-INIT' "$console"; do
+        kill -0 "$qemu" 2>/dev/null || break
+        if ((t >= boot_limit)); then
+            kill "$qemu" 2>/dev/null || true
+            wait "$qemu" || true
+            return 1
+        fi
+        sleep 1
+        t=$((t + 1))
+    done
+    wait "$qemu" || true
+}
+if ! boot; then
+    # The kernel stalled before running any of this project's code (the
+    # module loads from init): say so, show where, and boot once more.
+    echo "run.sh: the guest kernel did not reach init in ${boot_limit} s; its log ends:" >&2
+    tr -d '\r' <"$klog" | tail -30 >&2
+    echo "run.sh: booting again" >&2
+    boot || true
+fi
 tr -d '\r' <"$console"
 rc=$(tr -d '\r' <"$console" | awk '/^XIW-VM-EXIT / { print $2 }' | tail -1)
 if [[ -z $rc ]]; then
-    echo "run.sh: the guest did not finish its script" >&2
+    echo "run.sh: the guest did not finish its script; its kernel log ends:" >&2
+    tr -d '\r' <"$klog" | tail -40 >&2
     exit 124
 fi
 if grep -q '^XIW-VM-DMESG-BAD' "$console"; then
