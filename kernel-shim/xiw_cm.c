@@ -18,6 +18,7 @@
 #include <linux/in6.h>
 #include <linux/net.h>
 #include <linux/workqueue.h>
+#include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
 #include <net/tcp_states.h>
@@ -111,10 +112,22 @@ static void xiw_cep_put_n(struct xiw_cep *cep, int n)
 }
 
 /* Runs the endpoint's work after `delay`, holding a reference for it. */
-static void xiw_cep_kick(struct xiw_cep *cep, unsigned long delay)
+/* Runs the endpoint's work now (sooner than a look already planned). */
+static void xiw_cep_kick(struct xiw_cep *cep)
 {
 	kref_get(&cep->ref);
-	if (mod_delayed_work(xiw_cm_wq, &cep->work, delay))
+	if (mod_delayed_work(xiw_cm_wq, &cep->work, 0))
+		xiw_cep_put(cep);
+}
+
+/*
+ * Runs the endpoint's work after `delay`, unless a run is already planned:
+ * a kick that came while the work ran stays a kick.
+ */
+static void xiw_cep_look_at(struct xiw_cep *cep, unsigned long delay)
+{
+	kref_get(&cep->ref);
+	if (!queue_delayed_work(xiw_cm_wq, &cep->work, delay))
 		xiw_cep_put(cep);
 }
 
@@ -130,7 +143,7 @@ static void xiw_sk_data_ready(struct sock *sk)
 	read_lock_bh(&sk->sk_callback_lock);
 	cep = xiw_cep_of(sk);
 	if (cep)
-		xiw_cep_kick(cep, 0);
+		xiw_cep_kick(cep);
 	read_unlock_bh(&sk->sk_callback_lock);
 }
 
@@ -143,7 +156,7 @@ static void xiw_sk_state_change(struct sock *sk)
 	cep = xiw_cep_of(sk);
 	if (cep) {
 		orig = cep->orig_state_change;
-		xiw_cep_kick(cep, 0);
+		xiw_cep_kick(cep);
 	}
 	read_unlock_bh(&sk->sk_callback_lock);
 	if (orig)
@@ -334,7 +347,7 @@ static int xiw_mpa_recv(struct xiw_cep *cep, const char *key)
 }
 
 /* The peer's IRD/ORD block, if it sent one; the RTR kinds it flags. */
-static u16 xiw_mpa_peer(struct xiw_cep *cep, u16 *ird, u16 *ord)
+static u32 xiw_mpa_peer(struct xiw_cep *cep, u16 *ird, u16 *ord)
 {
 	u16 i, o;
 
@@ -347,7 +360,7 @@ static u16 xiw_mpa_peer(struct xiw_cep *cep, u16 *ird, u16 *ord)
 	o = get_unaligned_be16(&cep->frame[22]);
 	*ird = i & MPA_IRD_ORD_MASK;
 	*ord = o & MPA_IRD_ORD_MASK;
-	return (i & ~MPA_IRD_ORD_MASK) << 16 | (o & ~MPA_IRD_ORD_MASK);
+	return (u32)(i & ~MPA_IRD_ORD_MASK) << 16 | (o & ~MPA_IRD_ORD_MASK);
 }
 
 /*
@@ -515,7 +528,7 @@ static void xiw_cep_accept_all(struct xiw_cep *listener)
 		list_add_tail(&cep->entry, &listener->children);
 		tcp_sock_set_nodelay(s->sk);
 		xiw_cep_watch(cep, true);
-		xiw_cep_kick(cep, 0);
+		xiw_cep_kick(cep);
 	}
 }
 
@@ -596,7 +609,7 @@ static int xiw_cep_read_frame(struct xiw_cep *cep)
 		rv = -ETIMEDOUT;
 	if (rv == 0) {
 		/* Nothing yet: look again at the deadline. */
-		xiw_cep_kick(cep, cep->deadline - jiffies);
+		xiw_cep_look_at(cep, cep->deadline - jiffies);
 		return 0;
 	}
 	if (rv > 0)
@@ -696,8 +709,13 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 		return rv;
 	/* The connect waits no longer than an MPA peer may take. */
 	s->sk->sk_sndtimeo = XIW_MPA_TIMEOUT;
-	rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
-			 xiw_addr_len(&id->local_addr));
+	/* On the device's netdev (see xiw_iw_create_listen). */
+	rv = 0;
+	if (net_eq(dev_net(xdev->ndev), sock_net(s->sk)))
+		rv = sock_bindtoindex(s->sk, xdev->ndev->ifindex, true);
+	if (!rv)
+		rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
+				 xiw_addr_len(&id->local_addr));
 	if (!rv)
 		rv = kernel_connect(s, (struct sockaddr *)&id->remote_addr,
 				    xiw_addr_len(&id->remote_addr), 0);
@@ -728,7 +746,7 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	cep->state = XIW_CEP_AWAIT_REPLY;
 	cep->deadline = jiffies + XIW_MPA_TIMEOUT;
 	xiw_cep_watch(cep, true);
-	xiw_cep_kick(cep, 0);
+	xiw_cep_kick(cep);
 	mutex_unlock(&cep->lock);
 	return 0;
 }
@@ -765,7 +783,7 @@ int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	xiw_cep_bind(cep, id);
 	xiw_cep_ready(cep);
 	/* The peer may have gone meanwhile: the work looks. */
-	xiw_cep_kick(cep, 0);
+	xiw_cep_kick(cep);
 	mutex_unlock(&cep->lock);
 	return 0;
 fail:
@@ -799,6 +817,21 @@ int xiw_iw_reject(struct iw_cm_id *id, const void *pdata, u8 len)
 	return 0;
 }
 
+static bool xiw_addr_any(const struct sockaddr_storage *a)
+{
+	if (a->ss_family == AF_INET6)
+		return ipv6_addr_any(&((const struct sockaddr_in6 *)a)->sin6_addr);
+	return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
+}
+
+/*
+ * A listen on a wildcard address listens on the device's netdev only (as
+ * other iWARP devices do), so that devices on other netdevs can listen on
+ * the same port; connections this module makes are bound to their netdev
+ * too, so that one to a listener on the same host (through the loopback)
+ * finds it. A device whose netdev is in another network namespace than the
+ * caller has no address there, and listens nowhere.
+ */
 int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 {
 	struct xiw_device *xdev = to_xdev(id->device);
@@ -806,12 +839,19 @@ int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 	struct socket *s;
 	int rv;
 
+	if (!net_eq(dev_net(xdev->ndev), current->nsproxy->net_ns))
+		return 0;
 	rv = sock_create(id->local_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
 	if (rv)
 		return rv;
 	sock_set_reuseaddr(s->sk);
-	rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
-			 xiw_addr_len(&id->local_addr));
+	if (id->local_addr.ss_family == AF_INET6 && id->afonly)
+		rv = ip6_sock_set_v6only(s->sk);
+	if (!rv && xiw_addr_any(&id->local_addr))
+		rv = sock_bindtoindex(s->sk, xdev->ndev->ifindex, true);
+	if (!rv)
+		rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
+				 xiw_addr_len(&id->local_addr));
 	if (!rv)
 		rv = kernel_listen(s, backlog);
 	if (rv) {
@@ -828,7 +868,7 @@ int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 	kref_get(&cep->ref);
 	id->provider_data = cep;
 	xiw_cep_watch(cep, true);
-	xiw_cep_kick(cep, 0);
+	xiw_cep_kick(cep);
 	mutex_unlock(&cep->lock);
 	return 0;
 }
@@ -958,7 +998,7 @@ static void xiw_cm_report_taken(struct xiw_ucontext *uctx)
 				      IW_CM_EVENT_CONNECT_REPLY :
 				      IW_CM_EVENT_ESTABLISHED, 0, cep->active);
 			/* A disconnect that came meanwhile is seen now. */
-			xiw_cep_kick(cep, 0);
+			xiw_cep_kick(cep);
 		}
 		mutex_unlock(&cep->lock);
 		xiw_cep_put(cep);

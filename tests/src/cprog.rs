@@ -43,7 +43,7 @@ pub fn program(name: &str) -> PathBuf {
         .arg("-o")
         .arg(&bin)
         .arg(format!("{REPO}/tests/c/{name}.c"))
-        .arg("-libverbs")
+        .args(["-libverbs", "-lrdmacm"])
         .output()
         .expect("running gcc");
     assert!(

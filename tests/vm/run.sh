@@ -72,7 +72,10 @@ want() {
     done
     order+=("$m")
 }
-for m in ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm dummy; do
+# More modules of the kernel a guest script names on `# modules:` lines.
+more=$(awk '/^# modules:/ { sub(/^# modules:/, ""); print }' "$script")
+# shellcheck disable=SC2086 # a list of names
+for m in ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm dummy $more; do
     path=$(awk -F: -v m="$m" '{ n = $1; sub(/.*\//, "", n); sub(/\.ko(\.xz)?$/, "", n) } n == m { print $1; exit }' "$modroot/modules.dep")
     [[ -n $path ]] || { echo "run.sh: no module $m in $kver" >&2; exit 1; }
     want "$path"
@@ -90,6 +93,18 @@ for m in "${order[@]}"; do
 done
 cp "$work/build/xiw.ko" "$ir/lib/modules/"
 echo xiw.ko >>"$ir/modules.list"
+# A script with a `# siw` line gets Linux's own software iWARP driver too,
+# built from the kernel's source (Debian does not ship it) against the same
+# headers, and loaded after xiw.
+if grep -q '^# siw$' "$script"; then
+    siwsrc=$root/src/drivers/infiniband/sw/siw
+    [[ -d $siwsrc && -z $chroot_dir ]] || { echo "run.sh: no siw source for $kver" >&2; exit 1; }
+    mkdir -p "$work/siw"
+    cp "$siwsrc"/* "$work/siw/"
+    make -s -C "$root/usr/src/linux-headers-$kver" M="$work/siw" CONFIG_RDMA_SIW=m modules >&2
+    strip --strip-debug -o "$ir/lib/modules/siw.ko" "$work/siw/siw.ko"
+    echo siw.ko >>"$ir/modules.list"
+fi
 
 # A file and, for a shared library, its real name behind the link (the
 # provider tells rdma-core's release by libibverbs' versioned file name).
@@ -139,6 +154,7 @@ for lib in /lib/x86_64-linux-gnu/libgcc_s.so.1; do
 done
 
 cp "$script" "$ir/test.sh"
+cp "$repo/tests/vm/guest/lib.sh" "$ir/lib.sh"
 cat >"$ir/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin

@@ -1,10 +1,7 @@
 # Guest: an xiw device through `rdma link`, seen by unmodified rdma-core
 # tools through the kernel, then removed and the module unloaded. Every check
 # prints "ok: ..." or "FAIL: ..."; the exit status is the number of failures.
-fails=0
-check() {
-    if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
-}
+. /lib.sh
 
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
 check "a second device on the same netdev is refused" "! rdma link add xiw1 type xiw netdev dummy0 2>/dev/null"

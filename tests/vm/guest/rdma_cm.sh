@@ -6,32 +6,7 @@
 # number of failures.
 # needs: /usr/bin/rping /usr/bin/ucmatose /usr/bin/rstream /usr/bin/riostream
 # needs: /usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_send_bw /usr/bin/ib_write_bw
-fails=0
-check() {
-    if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
-}
-# Server and client; the server is killed if the client fails, so nothing hangs.
-pair() {
-    eval "$1" >/tmp/server 2>&1 &
-    s=$!
-    sleep 1
-    eval "timeout 120 $2" >/tmp/client 2>&1
-    c=$?
-    [ $c -eq 0 ] || kill $s 2>/dev/null
-    wait $s
-    r=$?
-    echo "--- server ($r)"; tail -4 /tmp/server; echo "--- client ($c)"; tail -4 /tmp/client
-    [ $c -eq 0 ] && [ $r -eq 0 ]
-}
-# perftest's ib_send_bw over iWARP never deregisters a credit MR, so its own
-# teardown fails (EBUSY) on any device: that, after a complete table, is all
-# that is allowed.
-perftest_ok() {
-    ! cat /tmp/server /tmp/client | grep -E "Couldn't|Failed|rror|Unable" |
-        grep -v -e 'Failed to deallocate PD - ' -e "^Couldn't destroy all SEND resources" |
-        grep -q . &&
-        grep -qE "^ *$1 +$2 " /tmp/client
-}
+. /lib.sh
 
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
 check "rping -v -C 1000, data verified" \
@@ -45,13 +20,13 @@ check "rstream, 1000 x 64 KiB, data verified" \
 check "riostream, 100 x 4 KiB, data verified" \
     "pair 'riostream -b 10.77.0.1 -C 100 -S 4096 -T v' 'riostream -s 10.77.0.1 -C 100 -S 4096 -T v'"
 check "ib_write_lat -R 2 B" \
-    "pair 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F' 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F 10.77.0.1' && perftest_ok 2 1000"
+    "perftest_pair 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F' 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F 10.77.0.1' 18601 && perftest_ok 2 1000"
 check "ib_read_lat -R 2 B" \
-    "pair 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F' 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F 10.77.0.1' && perftest_ok 2 500"
+    "perftest_pair 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F' 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F 10.77.0.1' 18602 && perftest_ok 2 500"
 check "ib_send_bw -R 64 KiB" \
-    "pair 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F' 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F 10.77.0.1'; perftest_ok 65536 200"
+    "perftest_pair 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F' 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F 10.77.0.1' 18603; perftest_ok 65536 200"
 check "ib_write_bw -R 1 MiB" \
-    "pair 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F' 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F 10.77.0.1' && perftest_ok 1048576 50"
+    "perftest_pair 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F' 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F 10.77.0.1' 18604 && perftest_ok 1048576 50"
 check "no rdma_cm connection left" "! rdma resource show cm_id 2>/dev/null | grep -q 'state CONNECT\|ESTABLISHED'"
 check "rdma link delete xiw0" "rdma link delete xiw0"
 check "rmmod" "rmmod xiw"

@@ -1,10 +1,7 @@
 # Guest, on any kernel the module is built for (the Debian 13 kernel run
 # uses it): load, device, a program with completion events, removal.
 # Prints "ok: ..." or "FAIL: ..." per check; exits with the failures.
-fails=0
-check() {
-    if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
-}
+. /lib.sh
 echo "kernel $(uname -r)"
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
 check "ibv_devinfo: xiw0, iWARP, port active" \

@@ -1,0 +1,59 @@
+# Helpers every guest script sources (run.sh puts this file at /lib.sh).
+
+fails=0
+# check NAME COMMAND: prints "ok: NAME" or "FAIL: NAME" (counted in $fails).
+check() {
+    if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
+}
+
+# pair SERVER CLIENT [PORT [NETNS]]: runs the server command, then (once
+# something listens on TCP port PORT, in network namespace NETNS if given,
+# or after a second) the client command (120 s at most); the server is
+# killed if the client fails, so nothing hangs. Their output is left in
+# /tmp/server and /tmp/client. True if both exit 0.
+pair() {
+    # exec: $s is the server itself (killed below), not a shell above it.
+    eval "exec $1" >/tmp/server 2>&1 &
+    s=$!
+    if [ -n "$3" ]; then
+        n=0
+        while [ $n -lt 100 ] && ! ${4:+/usr/bin/ip netns exec $4} netstat -ltn | grep -q ":$3 "; do
+            sleep 0.1
+            n=$((n + 1))
+        done
+    else
+        sleep 1
+    fi
+    eval "timeout 120 $2" >/tmp/client 2>&1
+    c=$?
+    [ $c -eq 0 ] || kill $s 2>/dev/null
+    wait $s
+    r=$?
+    echo "--- server ($r)"; tail -4 /tmp/server; echo "--- client ($c)"; tail -4 /tmp/client
+    [ $c -eq 0 ] && [ $r -eq 0 ]
+}
+
+# perftest_ok SIZE ITERS: the client printed its result line for SIZE bytes
+# and ITERS iterations and neither side reported an error. perftest's
+# ib_send_bw over iWARP never deregisters a credit MR, so its own teardown
+# fails (dealloc_pd: EBUSY) on any device: that, after a complete table, is
+# all that is allowed.
+perftest_ok() {
+    ! cat /tmp/server /tmp/client | grep -E "Couldn't|Failed|rror|Unable" |
+        grep -v -e 'Failed to deallocate PD - ' -e "^Couldn't destroy all SEND resources" |
+        grep -q . &&
+        grep -qE "^ *$1 +$2 " /tmp/client
+}
+
+# perftest_pair SERVER CLIENT PORT [NETNS]: pair for perftest with -R. Its
+# client makes two rdma_cm connections, the second as soon as the first has
+# carried the parameters, while its server only then starts listening for
+# it: a client quicker than the server is refused (perftest's own race, seen
+# with Linux's siw as client). Such a refusal, and only that, is run once
+# more, and said so.
+perftest_pair() {
+    pair "$@" && return 0
+    grep -q "Connection refused" /tmp/client || return 1
+    echo "--- the client's second connection came before the server listened; once more"
+    pair "$@"
+}
