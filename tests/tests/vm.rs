@@ -47,11 +47,13 @@ fn kernel_root() -> PathBuf {
 /// Boots the guest with `script` (and the C test `programs` of `tests/c/`)
 /// and checks that every one of its checks passed. Debian 12's kernel.
 fn guest(script: &str, programs: &[&str]) -> String {
-    guest_on("bookworm", script, programs)
+    let built: Vec<PathBuf> = programs.iter().map(|p| program(p)).collect();
+    guest_on("bookworm", script, &built)
 }
 
-/// As [`guest`], on the kernel of Debian release `suite`.
-fn guest_on(suite: &str, script: &str, programs: &[&str]) -> String {
+/// As [`guest`], on the kernel of Debian release `suite`, with the
+/// programs at `programs`.
+fn guest_on(suite: &str, script: &str, programs: &[PathBuf]) -> String {
     let path = repo().join("tests/vm/guest").join(script);
     let text = std::fs::read_to_string(&path).expect("reading the guest script");
     // The script's own count (`# checks: N`) where checks run in loops;
@@ -74,7 +76,7 @@ fn guest_on(suite: &str, script: &str, programs: &[&str]) -> String {
         .env("XIW_VM_SUITE", suite)
         .arg(repo().join("tests/vm/run.sh"))
         .arg(&path)
-        .args(programs.iter().map(|p| program(p)))
+        .args(programs)
         .output()
         .expect("running tests/vm/run.sh");
     let console = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -166,6 +168,38 @@ fn rdma_cm_programs_in_the_guest() {
 fn interop_with_linux_siw_in_the_guest() {
     let _g = serial();
     guest("siw.sh", &["xiw_cm_ext"]);
+}
+
+/// `tests/c/xiw_mpi_pingpong.c`, built with Open MPI's compiler wrapper.
+fn mpi_program() -> PathBuf {
+    let dir = repo().join("target/xiw-c-tests");
+    std::fs::create_dir_all(&dir).expect("target/xiw-c-tests");
+    let bin = dir.join("xiw_mpi_pingpong");
+    let out = Command::new("mpicc")
+        .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&bin)
+        .arg(repo().join("tests/c/xiw_mpi_pingpong.c"))
+        .output()
+        .expect("running mpicc");
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "building xiw_mpi_pingpong.c failed ({:?}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// Unmodified programs through rdma_cm: fio's rdma engine (RDMA Write,
+/// RDMA Read, and Send with the receiver verifying every block, plus a
+/// mismatch it must catch), libfabric's fi_pingpong over the verbs provider
+/// (MSG endpoints with its data checks, RDM endpoints through ofi_rxm), and
+/// a two-rank MPI ping-pong with every byte checked, Open MPI 4.1 over
+/// libfabric on xiw0.
+#[test]
+fn fio_libfabric_and_mpi_in_the_guest() {
+    let _g = serial();
+    guest_on("bookworm", "programs.sh", &[mpi_program()]);
 }
 
 /// Debian 13's kernel (6.12): the module builds for it (in the Debian 13

@@ -136,6 +136,18 @@ extra=($needs)
 for f in "${bins[@]}" "$provider" "${extra[@]}"; do
     copy_with_libs "$f"
 done
+# Whole directories a script names on `# tree:` lines (plug-ins, data),
+# with the libraries of the shared objects in them.
+trees=$(awk '/^# tree:/ { sub(/^# tree:/, ""); print }' "$script")
+for d in $trees; do
+    mkdir -p "$ir$(dirname "$d")"
+    cp -a "$d" "$ir$(dirname "$d")/"
+    while read -r f; do
+        copy_with_libs "$f"
+    done < <(find "$d" -name '*.so*' -type f)
+done
+# What every system has.
+printf '127.0.0.1 localhost\n127.0.1.1 xiw-guest\n' >"$ir/etc/hosts"
 # The programs given here go to /usr/local/bin (their own paths may be
 # under /tmp, which the guest mounts afresh).
 mkdir -p "$ir/usr/local/bin"
@@ -170,6 +182,7 @@ mount -t tmpfs tmp /tmp
 while read -r m; do
     insmod "/lib/modules/$m" || echo "XIW-VM: insmod $m failed"
 done </modules.list
+hostname xiw-guest
 ip link set lo up
 ip link set dummy0 up
 ip addr add 10.77.0.1/24 dev dummy0
