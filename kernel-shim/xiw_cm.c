@@ -278,14 +278,21 @@ static void xiw_cm_report(struct xiw_cep *cep, struct iw_cm_id *id,
 	id->event_handler(id, &ev);
 }
 
-/* Sends an MPA frame: key, flags, revision 2, the IRD/ORD block, pdata. */
+/*
+ * Sends an MPA frame: key, flags, pdata, and the RFC 6581 IRD/ORD block. A
+ * Request is revision 2 with the block; a Reply answers in the Request's
+ * revision, with the block only if the Request had one.
+ */
 static int xiw_mpa_send(struct xiw_cep *cep, const char *key, u8 flags,
 			u16 ird, u16 ord, const void *pdata, unsigned int len)
 {
 	u8 hdr[MPA_HDR_LEN + MPA_ENHANCED_LEN];
+	bool reply = key == mpa_rep_key;
+	bool enhanced = !reply || xiw_mpa_enhanced(cep);
+	unsigned int hlen = enhanced ? sizeof(hdr) : MPA_HDR_LEN;
 	struct msghdr msg = { .msg_flags = MSG_NOSIGNAL };
 	struct kvec iov[2] = {
-		{ .iov_base = hdr, .iov_len = sizeof(hdr) },
+		{ .iov_base = hdr, .iov_len = hlen },
 		{ .iov_base = (void *)pdata, .iov_len = len },
 	};
 	int rv;
@@ -293,16 +300,15 @@ static int xiw_mpa_send(struct xiw_cep *cep, const char *key, u8 flags,
 	if (len > MPA_MAX_PD - MPA_ENHANCED_LEN)
 		return -EINVAL;
 	memcpy(hdr, key, 16);
-	hdr[16] = flags | MPA_FLAG_ENHANCED;
-	hdr[17] = 2;
-	put_unaligned_be16(len + MPA_ENHANCED_LEN, &hdr[18]);
+	hdr[16] = flags | (enhanced ? MPA_FLAG_ENHANCED : 0);
+	hdr[17] = reply ? cep->frame[17] : 2;
+	put_unaligned_be16(len + hlen - MPA_HDR_LEN, &hdr[18]);
 	put_unaligned_be16(ird, &hdr[20]);
 	put_unaligned_be16(ord, &hdr[22]);
-	rv = kernel_sendmsg(cep->sock, &msg, iov, len ? 2 : 1,
-			    sizeof(hdr) + len);
+	rv = kernel_sendmsg(cep->sock, &msg, iov, len ? 2 : 1, hlen + len);
 	if (rv < 0)
 		return rv;
-	return rv == sizeof(hdr) + len ? 0 : -EIO;
+	return rv == hlen + len ? 0 : -EIO;
 }
 
 /*

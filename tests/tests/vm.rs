@@ -149,12 +149,14 @@ fn modify_qp_programs_and_completion_channels_in_the_guest() {
 /// exchange, the socket handed to the provider) under unmodified programs:
 /// `rping -v -C 1000`, `ucmatose` with 4 connections, rsockets' `rstream`
 /// and `riostream` with data verified, perftest `-R` (write and read
-/// latency, send and write bandwidth); no connection left behind, and the
-/// device and module removed after.
+/// latency, send and write bandwidth); MPA Replies to a hand-written
+/// initiator (`tests/c/xiw_mpa_peer.c`) of revision 1 and 2, with and
+/// without RFC 6581, IRD 0, and refused offers; no connection left behind,
+/// and the device and module removed after.
 #[test]
 fn rdma_cm_programs_in_the_guest() {
     let _g = serial();
-    guest("rdma_cm.sh", &[]);
+    guest("rdma_cm.sh", &["xiw_mpa_peer"]);
 }
 
 /// Wire interop with Linux's own siw (built from the kernel's source, which

@@ -6,6 +6,7 @@
 # number of failures.
 # needs: /usr/bin/rping /usr/bin/ucmatose /usr/bin/rstream /usr/bin/riostream
 # needs: /usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_send_bw /usr/bin/ib_write_bw
+# Runs tests/c/xiw_mpa_peer.c (given to run.sh).
 . /lib.sh
 
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
@@ -27,6 +28,35 @@ check "ib_send_bw -R 64 KiB" \
     "perftest_pair 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F' 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F 10.77.0.1' 18603; perftest_ok 65536 200"
 check "ib_write_bw -R 1 MiB" \
     "perftest_pair 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F' 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F 10.77.0.1' 18604 && perftest_ok 1048576 50"
+# A hand-written MPA initiator (tests/c/xiw_mpa_peer.c) against rping's
+# listener: the Reply answers in the Request's revision, with RFC 6581's
+# block only when asked, the ORD no more than the peer's IRD (even 0), CRC
+# as the module asks (mpa_crc=1); markers and a ready-to-receive message
+# other than the zero-length Write are refused with the MPA reject.
+# mpa REV ENHANCED IRD ORD: the Reply's header line, in /tmp/client.
+mpa() {
+    rping -s -a 10.77.0.1 -p 7190 -C 1 >/tmp/server 2>&1 &
+    s=$!
+    sleep 1
+    timeout 20 xiw_mpa_peer 10.77.0.1 7190 "$@" >/tmp/client 2>&1
+    c=$?
+    sleep 1
+    kill $s 2>/dev/null
+    wait $s
+    cat /tmp/client
+    return $c
+}
+check "MPA revision 2, RFC 6581, write RTR: Reply revision 2, CRC, IRD/ORD with P2P and write RTR" \
+    "mpa 2 1 0x8004 0x8004 && grep -qE '^rev 2 flags 0x50 pd_len 4 ird 0x800[1-9a-f] ord 0x800[1-4]\$' /tmp/client"
+check "MPA revision 2, RFC 6581, IRD 0: Reply ORD 0" \
+    "mpa 2 1 0x8000 0x8001 && grep -qE '^rev 2 flags 0x50 pd_len 4 ird 0x80.. ord 0x8000\$' /tmp/client"
+check "MPA revision 2 without RFC 6581: Reply revision 2 without the block" \
+    "mpa 2 0 0 0 && grep -qx 'rev 2 flags 0x40 pd_len 0' /tmp/client"
+check "MPA revision 1: Reply revision 1 without the block" \
+    "mpa 1 0 0 0 && grep -qx 'rev 1 flags 0x40 pd_len 0' /tmp/client"
+check "MPA read RTR only: refused with the MPA reject" \
+    "mpa 2 1 0x8004 0x4004 && grep -qE '^rev 2 flags 0x[73]0 ' /tmp/client"
+
 check "no rdma_cm connection left" "! rdma resource show cm_id 2>/dev/null | grep -q 'state CONNECT\|ESTABLISHED'"
 check "rdma link delete xiw0" "rdma link delete xiw0"
 check "rmmod" "rmmod xiw"
