@@ -10,7 +10,10 @@
 #                 10.77.0.1/24 and lo up
 #   FILE...       programs the script runs, copied with the libraries they
 #                 link against and put on the guest's PATH; the script's own
-#                 `# needs: FILE...` lines name more
+#                 `# needs: FILE...` lines name more, `# tree: DIR...` lines
+#                 whole directories, `# modules: NAME...` lines more modules
+#                 of the kernel to load, and a `# siw` line Linux's siw,
+#                 built from the kernel's source
 #
 # The provider must be installed on the host first (pkg/install.sh): the
 # guest gets the same files (or XIW_VM_PROVIDER names the provider library
