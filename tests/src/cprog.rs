@@ -22,6 +22,17 @@ fn build_dir() -> PathBuf {
 
 /// `tests/c/NAME.c`, built once per test process.
 pub fn program(name: &str) -> PathBuf {
+    build("gcc", name, &["-libverbs", "-lrdmacm"])
+}
+
+/// `tests/c/NAME.c`, an MPI program, built once per test process with Open
+/// MPI's compiler wrapper.
+pub fn mpi_program(name: &str) -> PathBuf {
+    build("mpicc", name, &[])
+}
+
+/// `tests/c/NAME.c` built with `compiler`, linked with `libs`.
+fn build(compiler: &str, name: &str, libs: &[&str]) -> PathBuf {
     let dir = build_dir();
     let dir = dir.as_path();
     static BUILT: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -31,7 +42,7 @@ pub fn program(name: &str) -> PathBuf {
         return bin;
     }
     std::fs::create_dir_all(dir).unwrap();
-    let out = Command::new("gcc")
+    let out = Command::new(compiler)
         .args([
             "-std=gnu11",
             "-O2",
@@ -43,9 +54,9 @@ pub fn program(name: &str) -> PathBuf {
         .arg("-o")
         .arg(&bin)
         .arg(format!("{REPO}/tests/c/{name}.c"))
-        .args(["-libverbs", "-lrdmacm"])
+        .args(libs)
         .output()
-        .expect("running gcc");
+        .unwrap_or_else(|e| panic!("running {compiler}: {e}"));
     assert!(
         out.status.success() && out.stderr.is_empty(),
         "building {name}.c failed ({:?}):\n{}",

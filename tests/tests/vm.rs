@@ -172,26 +172,6 @@ fn interop_with_linux_siw_in_the_guest() {
     guest("siw.sh", &["xiw_cm_ext"]);
 }
 
-/// `tests/c/xiw_mpi_pingpong.c`, built with Open MPI's compiler wrapper.
-fn mpi_program() -> PathBuf {
-    let dir = repo().join("target/xiw-c-tests");
-    std::fs::create_dir_all(&dir).expect("target/xiw-c-tests");
-    let bin = dir.join("xiw_mpi_pingpong");
-    let out = Command::new("mpicc")
-        .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&bin)
-        .arg(repo().join("tests/c/xiw_mpi_pingpong.c"))
-        .output()
-        .expect("running mpicc");
-    assert!(
-        out.status.success() && out.stderr.is_empty(),
-        "building xiw_mpi_pingpong.c failed ({:?}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
 /// Unmodified programs through rdma_cm: fio's rdma engine (RDMA Write,
 /// RDMA Read, and Send with the receiver verifying every block, plus a
 /// mismatch it must catch), libfabric's fi_pingpong over the verbs provider
@@ -201,7 +181,11 @@ fn mpi_program() -> PathBuf {
 #[test]
 fn fio_libfabric_and_mpi_in_the_guest() {
     let _g = serial();
-    guest_on("bookworm", "programs.sh", &[mpi_program()]);
+    guest_on(
+        "bookworm",
+        "programs.sh",
+        &[cprog::mpi_program("xiw_mpi_pingpong")],
+    );
 }
 
 /// Debian 13's kernel (6.12): the module builds for it (in the Debian 13
