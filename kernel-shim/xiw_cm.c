@@ -757,13 +757,29 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	return 0;
 }
 
+/*
+ * A reported connection the application does not take (rejected, or its
+ * accept failed): ends the endpoint, with the reference its cm_id held
+ * (provider_data, not yet bound), and unlocks it.
+ */
+static void xiw_cep_drop(struct xiw_cep *cep, struct iw_cm_id *id)
+{
+	int n = xiw_cep_end(cep);
+
+	if (id->provider_data == cep) {
+		id->provider_data = NULL;
+		n++;
+	}
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n);
+}
+
 int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 {
 	struct xiw_cep *cep = id->provider_data;
 	struct xiw_device *xdev = to_xdev(id->device);
 	struct xiw_qp *qp;
 	int rv = -ECONNRESET;
-	int n = 0;
 
 	if (!cep)
 		return -EINVAL;
@@ -793,33 +809,20 @@ int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	mutex_unlock(&cep->lock);
 	return 0;
 fail:
-	n = xiw_cep_end(cep);
-	if (id->provider_data == cep) {
-		id->provider_data = NULL;
-		n++;
-	}
-	mutex_unlock(&cep->lock);
-	xiw_cep_put_n(cep, n);
+	xiw_cep_drop(cep, id);
 	return rv;
 }
 
 int xiw_iw_reject(struct iw_cm_id *id, const void *pdata, u8 len)
 {
 	struct xiw_cep *cep = id->provider_data;
-	int n;
 
 	if (!cep)
 		return -EINVAL;
 	mutex_lock(&cep->lock);
 	if (cep->state == XIW_CEP_AWAIT_ACCEPT)
 		xiw_mpa_send(cep, mpa_rep_key, MPA_FLAG_REJECT, 0, 0, pdata, len);
-	n = xiw_cep_end(cep);
-	if (id->provider_data == cep) {
-		id->provider_data = NULL;
-		n++;
-	}
-	mutex_unlock(&cep->lock);
-	xiw_cep_put_n(cep, n);
+	xiw_cep_drop(cep, id);
 	return 0;
 }
 
