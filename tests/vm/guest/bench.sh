@@ -40,11 +40,7 @@ floor() {
         port=$((port + 1))
         xiw-bench floor-server $port $spec >/dev/null 2>&1 &
         s=$!
-        n=0
-        while [ $n -lt 100 ] && ! netstat -ltn | grep -q ":$port "; do
-            sleep 0.1
-            n=$((n + 1))
-        done
+        wait_listen $port
         r=$(timeout 120 xiw-bench floor-client 127.0.0.1 $port $spec 2>/dev/null | awk '/RESULT/ { split($2, a, "="); print a[2] }')
         kill -9 $s 2>/dev/null
         wait $s

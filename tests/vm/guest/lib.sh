@@ -6,6 +6,16 @@ check() {
     if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
 }
 
+# wait_listen PORT [NETNS]: until something listens on TCP port PORT (in
+# network namespace NETNS if given), 10 s at most.
+wait_listen() {
+    n=0
+    while [ $n -lt 100 ] && ! ${2:+/usr/bin/ip netns exec $2} netstat -ltn | grep -q ":$1 "; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+}
+
 # pair SERVER CLIENT [PORT [NETNS]]: runs the server command, then (once
 # something listens on TCP port PORT, in network namespace NETNS if given,
 # or after a second) the client command (120 s at most); the server is
@@ -16,11 +26,7 @@ pair() {
     eval "exec $1" >/tmp/server 2>&1 &
     s=$!
     if [ -n "$3" ]; then
-        n=0
-        while [ $n -lt 100 ] && ! ${4:+/usr/bin/ip netns exec $4} netstat -ltn | grep -q ":$3 "; do
-            sleep 0.1
-            n=$((n + 1))
-        done
+        wait_listen "$3" "$4"
     else
         sleep 1
     fi
