@@ -123,11 +123,16 @@ pub fn sges_of(n: usize, f: impl Fn(usize) -> Sge) -> SgeList {
     v
 }
 
+/// A receive WQE's SGEs: one (the usual case) without a heap allocation,
+/// so that taking a receive off its ring and moving it through the engine
+/// copies little.
+pub type RecvSges = smallvec::SmallVec<[Sge; 1]>;
+
 /// A receive WQE taken off a ring.
 #[derive(Clone, Debug, Default)]
 pub struct RecvJob {
     pub wr_id: u64,
-    pub sges: SgeList,
+    pub sges: RecvSges,
     pub length: u64,
 }
 
@@ -179,16 +184,14 @@ pub fn post_recv_ring<'a>(
             length: length.min(u32::MAX as u64) as u32,
         };
         // SAFETY: slot `p` is free and producers are serialised by the caller's lock;
-        // `max_sge` SGEs fit the stride the ring was made with.
+        // `max_sge` SGEs fit the stride the ring was made with, behind the header.
         unsafe {
             ring.write(p, 0, hdr);
-            for (k, s) in sges.iter().enumerate() {
-                ring.write(
-                    p,
-                    std::mem::size_of::<RecvWqe>() + k * std::mem::size_of::<Sge>(),
-                    *s,
-                );
-            }
+            std::ptr::copy_nonoverlapping(
+                sges.as_ptr() as *const u8,
+                ring.slot(p).add(std::mem::size_of::<RecvWqe>()),
+                std::mem::size_of_val(sges),
+            );
         }
         p = p.wrapping_add(1);
         ring.publish(p);
@@ -203,20 +206,23 @@ pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
     if ring.producer() == c {
         return None;
     }
-    // SAFETY: slot `c` is published and consumers are serialised by the caller.
+    const AT: usize = std::mem::size_of::<RecvWqe>();
+    const SGE: usize = std::mem::size_of::<Sge>();
+    // SAFETY: slot `c` is published and consumers are serialised by the caller;
+    // the ring's stride holds `MAX_SGE` SGEs behind the header at most.
     let job = unsafe {
         let hdr: RecvWqe = ring.read(c, 0);
         let n = (hdr.num_sge as usize).min(MAX_SGE as usize);
-        let mut sges = SgeList::with_capacity(n);
-        for k in 0..n {
-            sges.push(ring.read::<Sge>(
-                c,
-                std::mem::size_of::<RecvWqe>() + k * std::mem::size_of::<Sge>(),
-            ));
-        }
+        let sges = if n == 1 {
+            RecvSges::from_buf([ring.read::<Sge>(c, AT)])
+        } else {
+            (0..n).map(|k| ring.read::<Sge>(c, AT + k * SGE)).collect()
+        };
         RecvJob {
             wr_id: hdr.wr_id,
-            length: sges.iter().map(|s| s.length as u64).sum(),
+            // The poster's sum of the SGE lengths (saturated at 4 GiB - 1,
+            // more than a message can carry).
+            length: u64::from(hdr.length),
             sges,
         }
     };
