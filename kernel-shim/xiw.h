@@ -15,6 +15,8 @@
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/iw_cm.h>
 #include <linux/eventfd.h>
+#include <linux/hrtimer.h>
+#include <linux/idr.h>
 
 #include "xiw_abi.h"
 
@@ -47,8 +49,22 @@ struct xiw_ucontext {
 	struct list_head ready;
 	/* Taken by the provider, reported on its next call. */
 	struct list_head taken;
-	/* The provider's eventfd, signalled when one is added. */
+	/*
+	 * The provider's eventfd, signalled when one is added, and when its
+	 * progress thread sleeps and a stream has events (xiw_events.c).
+	 */
 	struct eventfd_ctx *cm_ev;
+	/* The events page (NULL: none), its mapping, and its slots in use. */
+	void *events;
+	struct rdma_user_mmap_entry *ev_entry;
+	struct ida ev_ida;
+};
+
+/* Where a stream's socket callbacks mark its events. */
+struct xiw_stream_ev {
+	struct xiw_ucontext *uctx;	/* NULL: not marked */
+	u32 slot;
+	struct hrtimer timer;
 };
 
 struct xiw_pd {
@@ -71,8 +87,9 @@ struct xiw_qp {
 	/* Its connection manager endpoint, if rdma_cm connects it. */
 	spinlock_t cep_lock;
 	struct xiw_cep *cep;
-	/* The context that made it. */
+	/* The context that made it, and the QP's slot in its events page. */
 	struct xiw_ucontext *uctx;
+	int ev_slot;
 };
 
 struct xiw_srq {
@@ -94,6 +111,19 @@ extern const struct ib_device_ops xiw_device_ops;
 
 /* xiw_uapi.c */
 extern const struct uapi_definition xiw_uapi_defs[];
+
+/* xiw_events.c */
+int xiw_events_alloc(struct xiw_ucontext *uctx,
+		     struct xiw_alloc_ucontext_resp *resp);
+void xiw_events_free(struct xiw_ucontext *uctx);
+int xiw_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma);
+void xiw_mmap_free(struct rdma_user_mmap_entry *rdma);
+int xiw_events_slot_get(struct xiw_ucontext *uctx);
+void xiw_events_slot_put(struct xiw_ucontext *uctx, int slot);
+void xiw_events_note_cm(struct xiw_ucontext *uctx);
+void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits);
+void xiw_stream_ev_init(struct xiw_stream_ev *ev);
+void xiw_stream_ev_stop(struct xiw_stream_ev *ev);
 
 /* xiw_cm.c */
 struct xiw_cep;

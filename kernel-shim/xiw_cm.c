@@ -89,6 +89,9 @@ struct xiw_cep {
 	bool crc;
 	void (*orig_data_ready)(struct sock *sk);
 	void (*orig_state_change)(struct sock *sk);
+	void (*orig_write_space)(struct sock *sk);
+	/* After the handover: where the stream's events are marked. */
+	struct xiw_stream_ev ev;
 };
 
 static struct workqueue_struct *xiw_cm_wq;
@@ -157,10 +160,70 @@ static void xiw_sk_state_change(struct sock *sk)
 	if (cep) {
 		orig = cep->orig_state_change;
 		xiw_cep_kick(cep);
+		xiw_stream_mark(&cep->ev, XIW_EV_DATA | XIW_EV_WRITABLE |
+				XIW_EV_CLOSED);
 	}
 	read_unlock_bh(&sk->sk_callback_lock);
 	if (orig)
 		orig(sk);
+}
+
+/* After the handover: the provider's stream has bytes to read. */
+static void xiw_sk_stream_data_ready(struct sock *sk)
+{
+	void (*orig)(struct sock *sk) = NULL;
+	struct xiw_cep *cep;
+
+	read_lock_bh(&sk->sk_callback_lock);
+	cep = xiw_cep_of(sk);
+	if (cep) {
+		orig = cep->orig_data_ready;
+		xiw_stream_mark(&cep->ev, XIW_EV_DATA);
+	}
+	read_unlock_bh(&sk->sk_callback_lock);
+	if (orig)
+		orig(sk);
+}
+
+/* After the handover: the provider's stream has room to send again. */
+static void xiw_sk_stream_write_space(struct sock *sk)
+{
+	void (*orig)(struct sock *sk) = NULL;
+	struct xiw_cep *cep;
+
+	read_lock_bh(&sk->sk_callback_lock);
+	cep = xiw_cep_of(sk);
+	if (cep) {
+		orig = cep->orig_write_space;
+		xiw_stream_mark(&cep->ev, XIW_EV_WRITABLE);
+	}
+	read_unlock_bh(&sk->sk_callback_lock);
+	if (orig)
+		orig(sk);
+}
+
+/*
+ * The stream goes to the provider: its events are marked in the slot of
+ * the QP's context from now on. The socket is watched already (its state).
+ */
+static void xiw_cep_stream(struct xiw_cep *cep, struct xiw_ucontext *uctx,
+			   int slot)
+{
+	struct sock *sk = cep->sock->sk;
+
+	if (slot < 0 || !uctx->events)
+		return;
+	write_lock_bh(&sk->sk_callback_lock);
+	if (sk->sk_user_data == cep) {
+		cep->ev.slot = slot;
+		WRITE_ONCE(cep->ev.uctx, uctx);
+		cep->orig_write_space = sk->sk_write_space;
+		sk->sk_data_ready = xiw_sk_stream_data_ready;
+		sk->sk_write_space = xiw_sk_stream_write_space;
+		/* What came before is for the provider to read, too. */
+		xiw_stream_mark(&cep->ev, XIW_EV_DATA | XIW_EV_WRITABLE);
+	}
+	write_unlock_bh(&sk->sk_callback_lock);
 }
 
 /* Watches the socket: its data (`data` set) and its state. */
@@ -186,16 +249,21 @@ static void xiw_cep_unwatch(struct xiw_cep *cep)
 	struct sock *sk = cep->sock ? cep->sock->sk : NULL;
 	bool had = false;
 
-	if (!sk)
+	if (!sk) {
+		xiw_stream_ev_stop(&cep->ev);
 		return;
+	}
 	write_lock_bh(&sk->sk_callback_lock);
 	if (sk->sk_user_data == cep) {
 		sk->sk_data_ready = cep->orig_data_ready;
 		sk->sk_state_change = cep->orig_state_change;
+		if (cep->orig_write_space)
+			sk->sk_write_space = cep->orig_write_space;
 		sk->sk_user_data = NULL;
 		had = true;
 	}
 	write_unlock_bh(&sk->sk_callback_lock);
+	xiw_stream_ev_stop(&cep->ev);
 	if (had)
 		xiw_cep_put(cep);
 }
@@ -213,6 +281,7 @@ static struct xiw_cep *xiw_cep_alloc(struct xiw_device *xdev)
 	cep->xdev = xdev;
 	INIT_LIST_HEAD(&cep->entry);
 	INIT_LIST_HEAD(&cep->children);
+	xiw_stream_ev_init(&cep->ev);
 	return cep;
 }
 
@@ -466,6 +535,7 @@ static void xiw_cep_ready(struct xiw_cep *cep)
 	spin_lock(&uctx->lock);
 	list_add_tail(&cep->entry, &uctx->ready);
 	spin_unlock(&uctx->lock);
+	xiw_events_note_cm(uctx);
 	if (uctx->cm_ev)
 		xiw_eventfd_signal(uctx->cm_ev);
 }
@@ -1091,6 +1161,7 @@ static int UVERBS_HANDLER(XIW_METHOD_TAKE_STREAM)(struct uverbs_attr_bundle *att
 		fput(file);
 		goto fail;
 	}
+	xiw_cep_stream(cep, uctx, cep->qp->ev_slot);
 	fd_install(fd, file);
 	/* Reported on the provider's next call, once its QP has the stream. */
 	cep->state = XIW_CEP_TAKEN;

@@ -134,24 +134,41 @@ static int xiw_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata
 	struct xiw_ucontext *uctx = container_of(ibuctx, struct xiw_ucontext, base);
 	struct xiw_device *xdev = to_xdev(ibuctx->device);
 	struct xiw_alloc_ucontext_req req = { .cm_eventfd = -1 };
+	struct xiw_alloc_ucontext_resp resp = {};
+	int rv;
 
 	if (udata->inlen &&
 	    ib_copy_from_udata(&req, udata, min(udata->inlen, sizeof(req))))
 		return -EFAULT;
 	spin_lock_init(&uctx->lock);
+	ida_init(&uctx->ev_ida);
 	INIT_LIST_HEAD(&uctx->ready);
 	INIT_LIST_HEAD(&uctx->taken);
 	if (req.cm_eventfd >= 0) {
 		uctx->cm_ev = eventfd_ctx_fdget(req.cm_eventfd);
 		if (IS_ERR(uctx->cm_ev)) {
-			int rv = PTR_ERR(uctx->cm_ev);
-
+			rv = PTR_ERR(uctx->cm_ev);
 			uctx->cm_ev = NULL;
 			return rv;
 		}
+		/* Stream events need the eventfd to wake the provider. */
+		rv = xiw_events_alloc(uctx, &resp);
+		if (rv)
+			goto err;
+	}
+	if (udata->outlen >= sizeof(resp)) {
+		rv = ib_copy_to_udata(udata, &resp, sizeof(resp));
+		if (rv)
+			goto err;
 	}
 	atomic_inc(&xdev->num_ctx);
 	return 0;
+err:
+	xiw_events_free(uctx);
+	if (uctx->cm_ev)
+		eventfd_ctx_put(uctx->cm_ev);
+	uctx->cm_ev = NULL;
+	return rv;
 }
 
 /*
@@ -170,6 +187,7 @@ static void xiw_dealloc_ucontext(struct ib_ucontext *ibuctx)
 	struct xiw_device *xdev = to_xdev(ibuctx->device);
 
 	xiw_cm_uctx_gone(uctx);
+	xiw_events_free(uctx);
 	if (uctx->cm_ev)
 		eventfd_ctx_put(uctx->cm_ev);
 	atomic_dec(&xdev->num_ctx);
@@ -244,9 +262,12 @@ static int xiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 {
 	struct xiw_device *xdev = to_xdev(ibqp->device);
 	struct xiw_qp *qp = to_xqp(ibqp);
+	struct xiw_create_qp_resp resp = {};
 	struct xiw_create_qp_req req;
 	int rv;
 
+	qp->ev_slot = -1;
+	qp->uctx = NULL;
 	if (!udata || attr->qp_type != IB_QPT_RC || attr->create_flags)
 		return -EOPNOTSUPP;
 	if (udata->inlen < sizeof(req))
@@ -274,11 +295,19 @@ static int xiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	qp->sq_sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
 	ibqp->qp_num = req.qpn;
 	ibqp->port = 1;
+	qp->ev_slot = xiw_events_slot_get(qp->uctx);
+	resp.events_slot = qp->ev_slot < 0 ? U32_MAX : qp->ev_slot;
+	if (udata->outlen >= sizeof(resp)) {
+		rv = ib_copy_to_udata(udata, &resp, sizeof(resp));
+		if (rv)
+			goto err;
+	}
 	rv = xa_insert_irq(&xdev->qps, req.qpn, qp, GFP_KERNEL);
 	if (rv)
 		goto err;
 	return 0;
 err:
+	xiw_events_slot_put(qp->uctx, qp->ev_slot);
 	atomic_dec(&xdev->num_qp);
 	return rv == -EBUSY ? -EEXIST : rv;
 }
@@ -359,6 +388,7 @@ static int xiw_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	xa_erase_irq(&xdev->qps, ibqp->qp_num);
 	xiw_qp_rem_ref(ibqp);
 	wait_for_completion(&qp->unused);
+	xiw_events_slot_put(qp->uctx, qp->ev_slot);
 	atomic_dec(&xdev->num_qp);
 	return 0;
 }
@@ -469,6 +499,8 @@ const struct ib_device_ops xiw_device_ops = {
 	.iw_get_qp = xiw_get_qp,
 	.iw_reject = xiw_iw_reject,
 	.iw_rem_ref = xiw_qp_rem_ref,
+	.mmap = xiw_mmap,
+	.mmap_free = xiw_mmap_free,
 	.modify_qp = xiw_modify_qp,
 	.poll_cq = xiw_poll_cq,
 	.post_recv = xiw_post_recv,

@@ -135,6 +135,63 @@ struct xiw_stream {
 	__u8 reserved[5];
 };
 
+/*
+ * Stream events (kernel mode). The module keeps one events page per context,
+ * which the provider maps (GET_CONTEXT's driver response gives its mmap
+ * offset and length). Each QP has a slot in it (CREATE_QP's driver response
+ * gives its index). The module's callbacks on a QP's socket mark what
+ * happened in the slot's `events` (XIW_EV_*, or'ed in), and on a slot's
+ * first mark set its bit in the summary bitmap (64-bit words after the
+ * header) and `pending`; the provider takes a slot's events by exchanging
+ * them with 0, so an empty poll costs no system call. When the provider's
+ * progress thread sleeps it sets `armed`, and the module, finding it set,
+ * clears it and signals the context's eventfd. A slot whose `hint` is
+ * XIW_EV_HINT_APP (the application's own polling took its last events)
+ * signals only if its events are still there after the module's
+ * `event_delay_us`.
+ */
+#define XIW_EVENTS_MAGIC	0x78697745u	/* "xiwE" */
+#define XIW_EVENTS_VERSION	1u
+#define XIW_EVENTS_SLOTS	XIW_MAX_QP
+#define XIW_EVENTS_SUMMARY_OFFSET	64u
+#define XIW_EVENTS_SLOTS_OFFSET	(XIW_EVENTS_SUMMARY_OFFSET + XIW_EVENTS_SLOTS / 8)
+#define XIW_EVENTS_BYTES	(XIW_EVENTS_SLOTS_OFFSET + XIW_EVENTS_SLOTS * 8)
+
+#define XIW_EV_DATA		(1u << 0)	/* bytes (or the end) to read */
+#define XIW_EV_WRITABLE		(1u << 1)	/* room to send again */
+#define XIW_EV_CLOSED		(1u << 2)	/* the stream closed or broke */
+
+#define XIW_EV_HINT_PROGRESS	0u
+#define XIW_EV_HINT_APP		1u
+
+struct xiw_events_header {
+	__u32 magic;
+	__u32 version;
+	__u32 slots;
+	__u32 cm;	/* a connection waits for XIW_METHOD_TAKE_STREAM */
+	__u32 armed;
+	__u32 pending;
+	__u32 reserved[10];
+};
+
+struct xiw_events_slot {
+	__u32 events;
+	__u32 hint;
+};
+
+/* GET_CONTEXT's driver response: where the events page is. */
+struct xiw_alloc_ucontext_resp {
+	__u64 events_offset;
+	__u32 events_len;
+	__u32 reserved;
+};
+
+/* CREATE_QP's driver response: the QP's slot in the events page. */
+struct xiw_create_qp_resp {
+	__u32 events_slot;
+	__u32 reserved;
+};
+
 /* A completion of a Send that asked for a solicited event (internal). */
 #define XIW_CQE_F_SOLICITED	0x80u
 
@@ -245,5 +302,9 @@ _Static_assert(sizeof(struct xiw_recv_wqe) == 16, "receive WQE header size");
 _Static_assert(sizeof(struct xiw_sge) == 16, "SGE size");
 _Static_assert(sizeof(struct xiw_cqe) == 32, "CQE size");
 _Static_assert(sizeof(struct xiw_stream) == 24, "stream size");
+_Static_assert(sizeof(struct xiw_events_header) == XIW_EVENTS_SUMMARY_OFFSET, "events header size");
+_Static_assert(sizeof(struct xiw_events_slot) == 8, "events slot size");
+_Static_assert(sizeof(struct xiw_alloc_ucontext_resp) == 16, "ucontext response size");
+_Static_assert(sizeof(struct xiw_create_qp_resp) == 8, "create_qp response size");
 
 #endif /* XIW_ABI_H */

@@ -291,6 +291,26 @@ pub struct AllocUcontextReq {
     pub reserved: u32,
 }
 
+/// `struct xiw_alloc_ucontext_resp`: GET_CONTEXT's driver response, where
+/// the context's events page is (see [`crate::events`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllocUcontextResp {
+    /// The mmap offset on the command fd (0 with `events_len` 0: none).
+    pub events_offset: u64,
+    pub events_len: u32,
+    pub reserved: u32,
+}
+
+/// `struct xiw_create_qp_resp`: CREATE_QP's driver response.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CreateQpDrvResp {
+    /// The QP's slot in the events page.
+    pub events_slot: u32,
+    pub reserved: u32,
+}
+
 /// Their attributes: the object's handle, and the event (`ibv_event_type`).
 pub const ATTR_EVENT_HANDLE: u16 = DRIVER_NS;
 pub const ATTR_EVENT_TYPE: u16 = DRIVER_NS + 1;
@@ -307,6 +327,8 @@ const _: () = {
     assert!(size_of::<ModifyQp>() == 112);
     assert!(size_of::<Stream>() == 24);
     assert!(size_of::<AllocUcontextReq>() == 8);
+    assert!(size_of::<AllocUcontextResp>() == 16);
+    assert!(size_of::<CreateQpDrvResp>() == 8);
     assert!(size_of::<CreateQpResp>() == 32);
     assert!(size_of::<CreateSrq>() == 32);
     assert!(size_of::<CreateSrqResp>() == 16);

@@ -6,7 +6,7 @@ use std::mem::{offset_of, size_of};
 use std::process::Command;
 
 use xiw_abi::ring::*;
-use xiw_abi::{kernel, limits};
+use xiw_abi::{events, kernel, limits};
 
 macro_rules! fields {
     ($($cty:literal, $cfield:literal, $rust:expr;)*) => {
@@ -56,6 +56,16 @@ fn c_header_matches_rust_layout() {
         "struct xiw_cqe", "opcode", offset_of!(Cqe, opcode);
         "struct xiw_cqe", "status", offset_of!(Cqe, status);
         "struct xiw_cqe", "wc_flags", offset_of!(Cqe, wc_flags);
+        "struct xiw_events_header", "magic", offset_of!(events::EventsHeader, magic);
+        "struct xiw_events_header", "slots", offset_of!(events::EventsHeader, slots);
+        "struct xiw_events_header", "cm", offset_of!(events::EventsHeader, cm);
+        "struct xiw_events_header", "armed", offset_of!(events::EventsHeader, armed);
+        "struct xiw_events_header", "pending", offset_of!(events::EventsHeader, pending);
+        "struct xiw_events_slot", "events", offset_of!(events::EventsSlot, events);
+        "struct xiw_events_slot", "hint", offset_of!(events::EventsSlot, hint);
+        "struct xiw_alloc_ucontext_resp", "events_offset", offset_of!(kernel::AllocUcontextResp, events_offset);
+        "struct xiw_alloc_ucontext_resp", "events_len", offset_of!(kernel::AllocUcontextResp, events_len);
+        "struct xiw_create_qp_resp", "events_slot", offset_of!(kernel::CreateQpDrvResp, events_slot);
     };
     for (c, n) in [
         ("struct xiw_ring_header", size_of::<RingHeader>()),
@@ -72,6 +82,19 @@ fn c_header_matches_rust_layout() {
             "struct xiw_alloc_ucontext_req",
             size_of::<xiw_abi::kernel::AllocUcontextReq>(),
         ),
+        (
+            "struct xiw_events_header",
+            size_of::<events::EventsHeader>(),
+        ),
+        ("struct xiw_events_slot", size_of::<events::EventsSlot>()),
+        (
+            "struct xiw_alloc_ucontext_resp",
+            size_of::<kernel::AllocUcontextResp>(),
+        ),
+        (
+            "struct xiw_create_qp_resp",
+            size_of::<kernel::CreateQpDrvResp>(),
+        ),
     ] {
         checks.push((format!("sizeof({c})"), n as u64));
     }
@@ -81,6 +104,17 @@ fn c_header_matches_rust_layout() {
         ("XIW_VENDOR_ID", limits::VENDOR_ID as u64),
         ("XIW_VENDOR_PART_ID", limits::VENDOR_PART_ID as u64),
         ("XIW_MAX_QP", limits::MAX_QP as u64),
+        ("XIW_EVENTS_MAGIC", events::EVENTS_MAGIC as u64),
+        ("XIW_EVENTS_VERSION", events::EVENTS_VERSION as u64),
+        ("XIW_EVENTS_SLOTS", events::SLOTS as u64),
+        ("XIW_EVENTS_SUMMARY_OFFSET", events::SUMMARY_OFFSET as u64),
+        ("XIW_EVENTS_SLOTS_OFFSET", events::SLOTS_OFFSET as u64),
+        ("XIW_EVENTS_BYTES", events::EVENTS_BYTES as u64),
+        ("XIW_EV_DATA", events::EV_DATA as u64),
+        ("XIW_EV_WRITABLE", events::EV_WRITABLE as u64),
+        ("XIW_EV_CLOSED", events::EV_CLOSED as u64),
+        ("XIW_EV_HINT_PROGRESS", events::HINT_PROGRESS as u64),
+        ("XIW_EV_HINT_APP", events::HINT_APP as u64),
         ("XIW_MAX_QP_WR", limits::MAX_QP_WR as u64),
         ("XIW_MAX_SGE", limits::MAX_SGE as u64),
         ("XIW_MAX_INLINE", limits::MAX_INLINE as u64),

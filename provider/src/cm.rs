@@ -554,7 +554,7 @@ impl Cm {
                 if crc { "on" } else { "off" }
             ),
         );
-        let _ = qp.sh.watch_data_new(fd, qp.qpn);
+        qp.watch_stream_new(fd);
         qp.kick();
     }
 

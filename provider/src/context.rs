@@ -168,8 +168,13 @@ pub struct Shared {
     pub dev: DeviceInfo,
     /// Kernel mode: the device's command fd, for the kernel's objects.
     pub kernel: Option<crate::kernel::Kernel>,
-    /// Kernel mode: the eventfd the module signals for rdma_cm connections.
+    /// Kernel mode: the eventfd the module signals for rdma_cm connections,
+    /// and for stream events while the progress thread sleeps.
     kernel_cm: Option<OwnedFd>,
+    /// Kernel mode: the events page the module marks the QPs' streams in.
+    pub stream_events: Option<crate::streamev::StreamEvents>,
+    /// Its slots in use, and the QP of each.
+    ev_slots: RwLock<HashMap<u32, u32>>,
     pub cfg: Config,
     pub mrs: MrTable,
     qps: RwLock<HashMap<u32, Arc<dyn Endpoint>>>,
@@ -266,6 +271,8 @@ impl Shared {
             dev,
             kernel: None,
             kernel_cm: None,
+            stream_events: None,
+            ev_slots: RwLock::new(HashMap::new()),
             cfg,
             mrs: MrTable::default(),
             qps: RwLock::new(HashMap::new()),
@@ -373,6 +380,63 @@ impl Shared {
             .insert(qpn, qp);
     }
 
+    /// Kernel mode: QP `qpn` has `slot` in the events page.
+    pub fn register_ev_slot(&self, slot: u32, qpn: u32) {
+        self.ev_slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(slot, qpn);
+    }
+
+    pub fn unregister_ev_slot(&self, slot: u32) {
+        self.ev_slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&slot);
+    }
+
+    /// Kernel mode: carries out what the module marked on the QPs' streams
+    /// since the last call (the progress thread's share of it: a thread
+    /// polling an empty CQ takes its QP's own).
+    pub fn on_stream_events(&self) {
+        let Some(ev) = &self.stream_events else {
+            return;
+        };
+        let mut slots = Vec::new();
+        ev.drain(|s| slots.push(s));
+        for s in slots {
+            let qpn = self
+                .ev_slots
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&s)
+                .copied();
+            let Some(qp) = qpn.and_then(|q| self.qp(q)) else {
+                // A slot of a QP that is gone: what was marked is stale.
+                ev.take(s);
+                continue;
+            };
+            let bits = ev.take(s);
+            if bits == 0 {
+                continue;
+            }
+            ev.hint(s, xiw_abi::events::HINT_PROGRESS);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                qp.on_stream(
+                    bits & (xiw_abi::events::EV_DATA | xiw_abi::events::EV_CLOSED) != 0,
+                    bits & xiw_abi::events::EV_WRITABLE != 0,
+                )
+            }));
+            if r.is_err() {
+                crate::log::warn(
+                    &self.log,
+                    format_args!("internal error handling an event; QP {qpn:?} put in error"),
+                );
+                qp.fail_fatal("internal error");
+            }
+        }
+    }
+
     pub fn unregister_qp(&self, qpn: u32) {
         self.qps
             .write()
@@ -467,7 +531,9 @@ impl Shared {
         self.epoll(
             libc::EPOLL_CTL_ADD,
             ev.as_raw_fd(),
-            libc::EPOLLIN as u32,
+            // Edge-triggered: each signal of the module wakes the progress
+            // thread once, read or not (see `on_kernel_cm`).
+            (libc::EPOLLIN | libc::EPOLLET) as u32,
             KIND_KERNEL_CM,
         )?;
         self.kernel_cm = Some(ev);
@@ -481,6 +547,12 @@ impl Shared {
         let (Some(k), Some(ev)) = (self.kernel, &self.kernel_cm) else {
             return;
         };
+        // With an events page the eventfd also wakes the progress thread
+        // for stream events, which cost no more system calls: it is read,
+        // and the module asked, only when the module says a connection waits.
+        if self.stream_events.as_ref().is_some_and(|e| !e.take_cm()) {
+            return;
+        }
         drain_eventfd(ev.as_raw_fd());
         while let Ok(s) = k.take_stream() {
             // SAFETY: the module installed the descriptor for this process.

@@ -15,6 +15,8 @@ const CQE_SIZE: u32 = std::mem::size_of::<Cqe>() as u32;
 /// A QP whose data-path work a thread polling this CQ may do (see [`Cq::assist`]).
 pub trait Assist: Send + Sync {
     fn assist(&self);
+    /// The application arms the CQ to wait for an event.
+    fn app_waits(&self);
 }
 
 pub struct Cq {
@@ -239,6 +241,18 @@ impl Cq {
         let mut qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
         qps.retain(|w| w.strong_count() > 0);
         qps.push(qp);
+    }
+
+    /// The application armed this CQ and will wait for its event: no QP of
+    /// it may count on the application's polling to notice its stream.
+    pub fn app_waits(&self) {
+        let qps: Vec<_> = {
+            let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+            qps.iter().filter_map(|q| q.upgrade()).collect()
+        };
+        for q in qps {
+            q.app_waits();
+        }
     }
 
     /// An application polled this CQ and found it empty: let that thread do

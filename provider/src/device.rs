@@ -159,11 +159,16 @@ unsafe extern "C" fn alloc_context(
         // holds the device for as long as it lives. The module signals the
         // eventfd when rdma_cm has a connection for the provider.
         let mut cm_ev = None;
+        let mut drv = xiw_abi::kernel::AllocUcontextResp::default();
         if kernel {
             cm_ev = crate::context::eventfd().ok();
             let fd = cm_ev.as_ref().map_or(-1, |e| e.as_raw_fd());
             // SAFETY: vctx was just made on the device's command fd.
-            if let Err(e) = unsafe { lib.get_context(vctx, fd) } {
+            let got = unsafe { lib.get_context(vctx, fd) };
+            if let Ok(d) = got {
+                drv = d;
+            }
+            if let Err(e) = got {
                 eprintln!(
                     "xiw: {}: the kernel refused a context: errno {e}",
                     info.ibdev
@@ -192,6 +197,21 @@ unsafe extern "C" fn alloc_context(
         };
         if kernel {
             sh.kernel = Some(crate::kernel::Kernel::new(cmd_fd));
+            if drv.events_len > 0 {
+                match crate::streamev::StreamEvents::map(
+                    cmd_fd,
+                    drv.events_offset,
+                    drv.events_len as usize,
+                ) {
+                    Ok(ev) => sh.stream_events = Some(ev),
+                    Err(e) => crate::log::warn(
+                        &sh.log,
+                        format_args!(
+                            "the module's events page cannot be mapped ({e}): streams are polled"
+                        ),
+                    ),
+                }
+            }
             if let Some(ev) = cm_ev {
                 if let Err(e) = sh.watch_kernel_cm(ev) {
                     crate::log::warn(

@@ -48,11 +48,30 @@ impl Kernel {
     }
 
     /// The kernel's object for QP `qpn` (the provider's number, which the
-    /// module takes), reported to events as `user_handle`; its handle.
-    pub fn create_qp(&self, user_handle: u64, qp: QpObjects, qpn: u32) -> Result<u32, i32> {
-        let mut resp = CreateQpResp::default();
+    /// module takes), reported to events as `user_handle`; its handle, and
+    /// its slot in the events page if it has one.
+    pub fn create_qp(
+        &self,
+        user_handle: u64,
+        qp: QpObjects,
+        qpn: u32,
+    ) -> Result<(u32, Option<u32>), i32> {
+        /// The core's response, then xiw's.
+        #[repr(C)]
+        #[derive(Default)]
+        struct Resp {
+            core: CreateQpResp,
+            drv: CreateQpDrvResp,
+        }
+        let mut full = Resp {
+            drv: CreateQpDrvResp {
+                events_slot: u32::MAX,
+                reserved: 0,
+            },
+            ..Default::default()
+        };
         let cmd = CreateQp {
-            response: &mut resp as *mut CreateQpResp as u64,
+            response: &mut full as *mut Resp as u64,
             user_handle,
             pd_handle: qp.pd,
             send_cq_handle: qp.send_cq,
@@ -69,13 +88,18 @@ impl Kernel {
             reserved: 0,
             req: CreateQpReq { qpn, reserved: 0 },
         };
-        self.write(CMD_CREATE_QP, &cmd, size_of_val(&resp))?;
+        self.write(CMD_CREATE_QP, &cmd, size_of_val(&full))?;
+        let resp = full.core;
         if resp.qpn != qpn {
             // The module took another number: the QP is not usable as named.
             let _ = self.destroy(CMD_DESTROY_QP, resp.qp_handle);
             return Err(libc::EPROTO);
         }
-        Ok(resp.qp_handle)
+        let slot = full.drv.events_slot;
+        Ok((
+            resp.qp_handle,
+            (slot < xiw_abi::events::SLOTS).then_some(slot),
+        ))
     }
 
     /// Tells the kernel's QP the state the provider's moved to.

@@ -31,6 +31,7 @@ pub mod queue;
 pub mod rx;
 mod sock;
 pub mod srq;
+pub mod streamev;
 pub mod tx;
 pub mod verbs;
 pub use xiw_engine::wire;

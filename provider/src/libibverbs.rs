@@ -41,7 +41,7 @@ impl Private {
         &self,
         vctx: *mut xiw_abi::verbs::verbs_context,
         cm_eventfd: i32,
-    ) -> Result<(), i32> {
+    ) -> Result<xiw_abi::kernel::AllocUcontextResp, i32> {
         /// `struct ibv_get_context` (header and response pointer, which
         /// libibverbs fills in), then xiw's driver data.
         #[repr(C)]
@@ -57,9 +57,21 @@ impl Private {
                 reserved: 0,
             },
         };
-        let mut resp = [0u64; p::GET_CONTEXT_RESP_SIZE / 8];
-        let (c, r) = ((&mut cmd as *mut Cmd).cast(), resp.as_mut_ptr().cast());
-        let (cs, rs) = (p::GET_CONTEXT_CMD_SIZE, p::GET_CONTEXT_RESP_SIZE);
+        /// `struct ib_uverbs_get_context_resp`, then xiw's driver response.
+        #[repr(C)]
+        struct Resp {
+            core: [u64; p::GET_CONTEXT_RESP_SIZE / 8],
+            drv: xiw_abi::kernel::AllocUcontextResp,
+        }
+        let mut resp = Resp {
+            core: [0; p::GET_CONTEXT_RESP_SIZE / 8],
+            drv: Default::default(),
+        };
+        let (c, r) = (
+            (&mut cmd as *mut Cmd).cast(),
+            (&mut resp as *mut Resp).cast(),
+        );
+        let (cs, rs) = (p::GET_CONTEXT_CMD_SIZE, size_of::<Resp>());
         // SAFETY: buffers of the sizes given, as the helper's type says.
         let rc = unsafe {
             match self.get_context {
@@ -68,7 +80,7 @@ impl Private {
             }
         };
         if rc == 0 {
-            Ok(())
+            Ok(resp.drv)
         } else {
             Err(rc)
         }

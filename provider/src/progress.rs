@@ -47,6 +47,14 @@ pub fn run(sh: Arc<Shared>) {
         } else {
             -1
         };
+        // Kernel mode: asleep, the module wakes this thread for stream
+        // events; a mark that came meanwhile means no sleep.
+        let armed = timeout != 0 && sh.stream_events.as_ref().is_some_and(|e| e.arm());
+        let timeout = if timeout != 0 && sh.stream_events.is_some() && !armed {
+            0
+        } else {
+            timeout
+        };
         // SAFETY: `events` has room for `len` entries; epfd is ours.
         let n = unsafe {
             libc::epoll_wait(
@@ -56,6 +64,11 @@ pub fn run(sh: Arc<Shared>) {
                 timeout,
             )
         };
+        if armed {
+            if let Some(e) = &sh.stream_events {
+                e.disarm();
+            }
+        }
         if sh.shutdown.load(Ordering::Acquire) {
             return;
         }
@@ -86,6 +99,7 @@ pub fn run(sh: Arc<Shared>) {
                 }
             }
         }
+        sh.on_stream_events();
         sh.apply_deferred();
         pending = sh.expire_pending();
         if last_trim.elapsed() >= sh.cfg.trim {

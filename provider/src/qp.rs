@@ -252,11 +252,39 @@ impl Qp {
             return;
         }
         self.sh.note_app_cpu();
+        if let Some((ev, slot)) = self.stream_events() {
+            // The module marked what happened on the stream: nothing, and
+            // there is nothing to ask the socket.
+            let bits = ev.take(slot);
+            if bits == 0 {
+                return;
+            }
+            ev.hint(slot, xiw_abi::events::HINT_APP);
+            if bits & xiw_abi::events::EV_WRITABLE != 0 && self.tx_blocked.load(Ordering::Acquire) {
+                self.kick();
+            }
+            // Taken from the slot, so read here, waiting for a thread that
+            // reads already: it may have found the socket empty just before.
+            if bits & (xiw_abi::events::EV_DATA | xiw_abi::events::EV_CLOSED) != 0 {
+                if let Err(f) = rx::on_readable(&self.core, &self.rx, &self.tx) {
+                    self.fail_with(f);
+                }
+            }
+            return;
+        }
         if self.tx_blocked.load(Ordering::Acquire) {
             self.kick();
         }
         if let Err(f) = rx::poll_readable(&self.core, &self.rx, &self.tx) {
             self.fail_with(f);
+        }
+    }
+
+    /// The application is about to wait for a completion event of a CQ of
+    /// this QP: the progress thread must be woken for its stream at once.
+    pub fn app_waits(&self) {
+        if let Some((ev, slot)) = self.stream_events() {
+            ev.hint(slot, xiw_abi::events::HINT_PROGRESS);
         }
     }
 
@@ -289,6 +317,7 @@ impl Qp {
     pub fn detach_stream(&self) {
         self.lock_rx().fd = None;
         self.lock_tx().fd = None;
+        self.evented.store(false, Ordering::Release);
     }
 
     /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
@@ -394,6 +423,10 @@ impl crate::cq::Assist for Qp {
     fn assist(&self) {
         Qp::assist(self)
     }
+
+    fn app_waits(&self) {
+        Qp::app_waits(self)
+    }
 }
 
 impl cm::Link for Qp {
@@ -487,6 +520,9 @@ impl Endpoint for Qp {
             // active side's QP none before it connects, and no more after).
             a.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
         }
+        // The module marks this stream's events in the QP's slot, if it has one.
+        self.evented
+            .store(self.ev_slot.get().is_some(), Ordering::Release);
         self.lock_cm().adopt_kernel(self, fd, initiator, &agreed);
         // On iWARP the connection manager never moves a QP to RTS: the RNIC
         // does once the stream is up (the active side's QP is still INIT).

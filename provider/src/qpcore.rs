@@ -60,6 +60,11 @@ pub struct QpCore {
     pub sq_sig_all: bool,
     /// Kernel mode: the handle of the kernel's QP, which mirrors its state.
     pub kernel: std::sync::OnceLock<u32>,
+    /// Kernel mode: the QP's slot in the context's events page.
+    pub ev_slot: std::sync::OnceLock<u32>,
+    /// The stream is one the module handed over, whose events it marks in
+    /// `ev_slot`: nobody watches the socket itself.
+    pub evented: AtomicBool,
     pub sq: Ring,
     pub rq: Option<Ring>,
     /// Serialises the producers of `sq` (and a reset emptying it); holds
@@ -129,6 +134,8 @@ impl QpCore {
             caps,
             sq_sig_all,
             kernel: std::sync::OnceLock::new(),
+            ev_slot: std::sync::OnceLock::new(),
+            evented: AtomicBool::new(false),
             sq,
             rq,
             sq_post: parking_lot::Mutex::new(0),
@@ -241,6 +248,34 @@ impl QpCore {
                 Some(job)
             }
             None => take_recv_ring(self.rq.as_ref()?),
+        }
+    }
+
+    /// The events page and this QP's slot in it, while the module marks
+    /// its stream's events there.
+    #[inline]
+    pub fn stream_events(&self) -> Option<(&crate::streamev::StreamEvents, u32)> {
+        if !self.evented.load(Ordering::Acquire) {
+            return None;
+        }
+        Some((self.sh.stream_events.as_ref()?, *self.ev_slot.get()?))
+    }
+
+    /// Which events of the stream `fd` the progress thread waits for (none
+    /// for a stream whose events the module marks).
+    pub fn watch_stream(&self, fd: i32, input: bool, out: bool) {
+        if self.stream_events().is_none() {
+            self.sh.watch_data(fd, self.qpn, input, out);
+        }
+    }
+
+    /// The stream `fd` is established: the progress thread watches its
+    /// input, or, for a stream whose events the module marks, forgets it.
+    pub fn watch_stream_new(&self, fd: i32) {
+        if self.stream_events().is_some() {
+            self.sh.unwatch(fd);
+        } else {
+            let _ = self.sh.watch_data_new(fd, self.qpn);
         }
     }
 

@@ -200,9 +200,8 @@ fn stream_end(qp: &QpCore, rx: &mut Rx, fd: i32, n: isize) -> Option<Result<(), 
         // let the QP linger before it fails.
         rx.fd = None;
         qp.rx_eof.store(true, std::sync::atomic::Ordering::Release);
-        qp.sh.watch_data(
+        qp.watch_stream(
             fd,
-            qp.qpn,
             false,
             qp.tx_blocked.load(std::sync::atomic::Ordering::Acquire),
         );

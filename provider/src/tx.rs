@@ -177,8 +177,7 @@ impl Tx {
         if self.want_out != on {
             self.want_out = on;
             qp.tx_blocked.store(on, Ordering::Release);
-            qp.sh
-                .watch_data(fd, qp.qpn, !qp.rx_eof.load(Ordering::Acquire), on);
+            qp.watch_stream(fd, !qp.rx_eof.load(Ordering::Acquire), on);
         }
     }
 

@@ -210,13 +210,17 @@ pub(super) fn new_qp(
         };
         match made {
             // SAFETY: b is fresh, not yet handed out.
-            Ok(h) => {
+            Ok((h, slot)) => {
                 // SAFETY: as above.
                 unsafe {
                     (*b).kernel = Some(h);
                     (*(*b).vqp.u.qp_ex).qp_base.handle = h;
                 }
                 let _ = q.kernel.set(h);
+                if let (Some(s), Some(_)) = (slot, &sh.stream_events) {
+                    let _ = q.ev_slot.set(s);
+                    sh.register_ev_slot(s, q.qpn);
+                }
             }
             Err(e) => {
                 // SAFETY: b is fresh, not yet handed out; freed once, here.
@@ -308,6 +312,9 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         q.detach_stream();
         q.lock_cm().close(sh);
         sh.unregister_qp(q.qpn);
+        if let Some(&s) = q.ev_slot.get() {
+            sh.unregister_ev_slot(s);
+        }
         // The progress thread (an event, a timer) or the media worker may still
         // hold the QP for a moment. Its CQs, SRQ and PD are busy until the QP is
         // gone, so drop it here, once this is the last reference (try_unwrap

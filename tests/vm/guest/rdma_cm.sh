@@ -6,6 +6,7 @@
 # number of failures.
 # needs: /usr/bin/rping /usr/bin/ucmatose /usr/bin/rstream /usr/bin/riostream
 # needs: /usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_send_bw /usr/bin/ib_write_bw
+# needs: /usr/bin/ib_send_lat /usr/bin/strace
 # Runs tests/c/xiw_mpa_peer.c (given to run.sh).
 . /lib.sh
 
@@ -20,6 +21,22 @@ check "rstream, 1000 x 64 KiB, data verified" \
     "pair 'rstream -b 10.77.0.1 -C 1000 -S 65536 -T v' 'rstream -s 10.77.0.1 -C 1000 -S 65536 -T v'"
 check "riostream, 100 x 4 KiB, data verified" \
     "pair 'riostream -b 10.77.0.1 -C 100 -S 4096 -T v' 'riostream -s 10.77.0.1 -C 100 -S 4096 -T v'"
+# recv_calls PORT N: ib_send_lat -R, N messages, with the server under
+# strace; prints how many recvfrom calls its process made. The server polls
+# its CQ between messages: a provider that asked the socket on every empty
+# poll would make one per poll, one that reads the module's stream events
+# makes about one per message.
+recv_calls() {
+    strace -f -qq -c -o /tmp/strace -e trace=recvfrom \
+        ib_send_lat -d xiw0 -R -p "$1" -s 2 -n "$2" -F >/tmp/server 2>&1 &
+    s=$!
+    wait_listen "$1"
+    timeout 120 ib_send_lat -d xiw0 -R -p "$1" -s 2 -n "$2" -F 10.77.0.1 >/tmp/client 2>&1 || kill $s
+    wait $s
+    awk '$NF == "recvfrom" { print $4 }' /tmp/strace
+}
+check "stream events: an empty ibv_poll_cq makes no system call (ib_send_lat -R, 300 messages: at most 2 recvfrom each)" \
+    "n=\$(recv_calls 18609 300); echo \"recvfrom calls: \$n\"; [ \"\${n:-0}\" -gt 0 ] && [ \"\$n\" -le 600 ] && perftest_ok 2 300"
 check "ib_write_lat -R 2 B" \
     "perftest_pair 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F' 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F 10.77.0.1' 18601 && perftest_ok 2 1000"
 check "ib_read_lat -R 2 B" \

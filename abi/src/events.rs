@@ -1,0 +1,69 @@
+//! The events page of a context in kernel mode (`struct xiw_events_header`
+//! and what follows it in `include/xiw_abi.h`): where the module's socket
+//! callbacks mark what happened on each QP's stream, so that the provider
+//! looks at memory instead of making a system call to find out.
+//!
+//! Layout: a [`EventsHeader`], the summary bitmap (one bit per slot, in
+//! 64-bit words) at [`SUMMARY_OFFSET`], then one [`EventsSlot`] per QP at
+//! [`SLOTS_OFFSET`]. The module or's `EV_*` bits into a slot's `events`; on
+//! a slot's first mark it sets the slot's summary bit and `pending`, then,
+//! if `armed`, clears that and signals the context's eventfd. The provider
+//! exchanges `events` with 0 to take them; it sets `hint` to say who took
+//! them last.
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::limits::MAX_QP;
+
+pub const EVENTS_MAGIC: u32 = 0x7869_7745; // "xiwE"
+pub const EVENTS_VERSION: u32 = 1;
+pub const SLOTS: u32 = MAX_QP;
+pub const SUMMARY_OFFSET: usize = 64;
+pub const SLOTS_OFFSET: usize = SUMMARY_OFFSET + SLOTS as usize / 8;
+pub const EVENTS_BYTES: usize = SLOTS_OFFSET + SLOTS as usize * 8;
+
+/// Bytes (or the stream's end) to read.
+pub const EV_DATA: u32 = 1 << 0;
+/// Room to send again.
+pub const EV_WRITABLE: u32 = 1 << 1;
+/// The stream closed or broke.
+pub const EV_CLOSED: u32 = 1 << 2;
+
+/// The provider's progress thread took the slot's last events: the module
+/// wakes it at once.
+pub const HINT_PROGRESS: u32 = 0;
+/// The application's own polling took them: the module waits its
+/// `event_delay_us` before waking the progress thread, in case it takes the
+/// next ones too.
+pub const HINT_APP: u32 = 1;
+
+#[repr(C)]
+pub struct EventsHeader {
+    pub magic: u32,
+    pub version: u32,
+    pub slots: u32,
+    /// The module queued a connection for the provider to take (set before
+    /// it signals the eventfd for it).
+    pub cm: AtomicU32,
+    /// The provider's progress thread sleeps: the module signals the eventfd.
+    pub armed: AtomicU32,
+    /// A slot was marked since the provider last cleared this.
+    pub pending: AtomicU32,
+    pub reserved: [u32; 10],
+}
+
+#[repr(C)]
+pub struct EventsSlot {
+    pub events: AtomicU32,
+    pub hint: AtomicU32,
+}
+
+/// A summary word: bit `k` of word `w` is slot `64 * w + k`.
+pub type SummaryWord = AtomicU64;
+
+const _: () = {
+    use core::mem::size_of;
+    assert!(size_of::<EventsHeader>() == SUMMARY_OFFSET);
+    assert!(size_of::<EventsSlot>() == 8);
+    assert!(SLOTS.is_multiple_of(64));
+};

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * xiw: the events page of a context. The provider maps it; the callbacks of
+ * its QPs' sockets mark what happened there (data, room to send, the end),
+ * so the provider learns of it without a system call, and its progress
+ * thread is woken (the context's eventfd) only while it sleeps. The module
+ * only ever writes the page at indices it chose itself; what the provider
+ * writes there (armed, hint) is read as a yes or no.
+ */
+
+#include <linux/module.h>
+#include <linux/vmalloc.h>
+#include <linux/mm.h>
+#include <rdma/ib_verbs.h>
+
+#include "xiw.h"
+
+static uint event_delay_us = 50;
+module_param(event_delay_us, uint, 0644);
+MODULE_PARM_DESC(event_delay_us,
+		 "How long a QP whose events the application's own polling took last may wait before the provider's progress thread is woken (0: at once)");
+
+struct xiw_mmap_entry {
+	struct rdma_user_mmap_entry rdma;
+	void *addr;
+};
+
+static struct xiw_events_header *xiw_events_hdr(struct xiw_ucontext *uctx)
+{
+	return uctx->events;
+}
+
+static struct xiw_events_slot *xiw_events_slot(struct xiw_ucontext *uctx,
+					       u32 slot)
+{
+	return (struct xiw_events_slot *)((u8 *)uctx->events +
+					  XIW_EVENTS_SLOTS_OFFSET) + slot;
+}
+
+/* Makes the context's events page; the provider learns where from `resp`. */
+int xiw_events_alloc(struct xiw_ucontext *uctx,
+		     struct xiw_alloc_ucontext_resp *resp)
+{
+	size_t len = PAGE_ALIGN(XIW_EVENTS_BYTES);
+	struct xiw_events_header *hdr;
+	struct xiw_mmap_entry *e;
+	int rv;
+
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e)
+		return -ENOMEM;
+	e->addr = vmalloc_user(len);
+	if (!e->addr) {
+		kfree(e);
+		return -ENOMEM;
+	}
+	hdr = e->addr;
+	hdr->magic = XIW_EVENTS_MAGIC;
+	hdr->version = XIW_EVENTS_VERSION;
+	hdr->slots = XIW_EVENTS_SLOTS;
+	rv = rdma_user_mmap_entry_insert(&uctx->base, &e->rdma, len);
+	if (rv) {
+		vfree(e->addr);
+		kfree(e);
+		return rv;
+	}
+	uctx->events = e->addr;
+	uctx->ev_entry = &e->rdma;
+	resp->events_offset = rdma_user_mmap_get_offset(&e->rdma);
+	resp->events_len = len;
+	return 0;
+}
+
+/* The context goes; the page is freed once the provider's mapping is gone. */
+void xiw_events_free(struct xiw_ucontext *uctx)
+{
+	if (uctx->ev_entry)
+		rdma_user_mmap_entry_remove(uctx->ev_entry);
+	uctx->ev_entry = NULL;
+	uctx->events = NULL;
+	ida_destroy(&uctx->ev_ida);
+}
+
+int xiw_mmap(struct ib_ucontext *ibuctx, struct vm_area_struct *vma)
+{
+	struct rdma_user_mmap_entry *rdma = rdma_user_mmap_entry_get(ibuctx, vma);
+	struct xiw_mmap_entry *e;
+	int rv;
+
+	if (!rdma)
+		return -EINVAL;
+	e = container_of(rdma, struct xiw_mmap_entry, rdma);
+	rv = remap_vmalloc_range(vma, e->addr, 0);
+	rdma_user_mmap_entry_put(rdma);
+	return rv;
+}
+
+void xiw_mmap_free(struct rdma_user_mmap_entry *rdma)
+{
+	struct xiw_mmap_entry *e = container_of(rdma, struct xiw_mmap_entry, rdma);
+
+	vfree(e->addr);
+	kfree(e);
+}
+
+/* A slot for a new QP, clean; -1 if the context has no events page. */
+int xiw_events_slot_get(struct xiw_ucontext *uctx)
+{
+	struct xiw_events_slot *s;
+	int slot;
+
+	if (!uctx || !uctx->events)
+		return -1;
+	slot = ida_alloc_max(&uctx->ev_ida, XIW_EVENTS_SLOTS - 1, GFP_KERNEL);
+	if (slot < 0)
+		return -1;
+	s = xiw_events_slot(uctx, slot);
+	WRITE_ONCE(s->events, 0);
+	WRITE_ONCE(s->hint, XIW_EV_HINT_PROGRESS);
+	return slot;
+}
+
+void xiw_events_slot_put(struct xiw_ucontext *uctx, int slot)
+{
+	if (uctx && uctx->events && slot >= 0)
+		ida_free(&uctx->ev_ida, slot);
+}
+
+/* A connection waits for the provider (told before the eventfd is signalled). */
+void xiw_events_note_cm(struct xiw_ucontext *uctx)
+{
+	if (!uctx->events)
+		return;
+	WRITE_ONCE(xiw_events_hdr(uctx)->cm, 1);
+	smp_wmb();
+}
+
+/* Wakes the provider's progress thread if it sleeps. */
+static void xiw_events_wake(struct xiw_ucontext *uctx)
+{
+	struct xiw_events_header *hdr = xiw_events_hdr(uctx);
+
+	if (READ_ONCE(hdr->armed) && xchg(&hdr->armed, 0) && uctx->cm_ev)
+		xiw_eventfd_signal(uctx->cm_ev);
+}
+
+/*
+ * Marks `bits` in the stream's slot. Called from the socket's callbacks
+ * (softirq or process context), with the socket's callback lock read-held,
+ * which keeps the stream's context and timer alive.
+ */
+void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits)
+{
+	struct xiw_ucontext *uctx = ev->uctx;
+	struct xiw_events_slot *s;
+	u32 old;
+
+	if (!uctx)
+		return;
+	s = xiw_events_slot(uctx, ev->slot);
+	old = READ_ONCE(s->events);
+	do {
+		if ((old & bits) == bits)
+			return;
+	} while (!try_cmpxchg(&s->events, &old, old | bits));
+	if (old)
+		/* Marked before: the provider has yet to take that. */
+		return;
+	set_bit(ev->slot, (unsigned long *)((u8 *)uctx->events +
+					    XIW_EVENTS_SUMMARY_OFFSET));
+	WRITE_ONCE(xiw_events_hdr(uctx)->pending, 1);
+	/* The marks before the look at `armed` (the provider: the reverse). */
+	smp_mb();
+	if (READ_ONCE(s->hint) == XIW_EV_HINT_APP && event_delay_us) {
+		hrtimer_start(&ev->timer, ns_to_ktime(event_delay_us * 1000ull),
+			      HRTIMER_MODE_REL_SOFT);
+		return;
+	}
+	xiw_events_wake(uctx);
+}
+
+/* The delay is over: events nobody took wake the progress thread. */
+static enum hrtimer_restart xiw_stream_timer(struct hrtimer *t)
+{
+	struct xiw_stream_ev *ev = container_of(t, struct xiw_stream_ev, timer);
+	struct xiw_ucontext *uctx = READ_ONCE(ev->uctx);
+
+	if (uctx && READ_ONCE(xiw_events_slot(uctx, ev->slot)->events))
+		xiw_events_wake(uctx);
+	return HRTIMER_NORESTART;
+}
+
+void xiw_stream_ev_init(struct xiw_stream_ev *ev)
+{
+	ev->uctx = NULL;
+	ev->slot = 0;
+	hrtimer_init(&ev->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL_SOFT);
+	ev->timer.function = xiw_stream_timer;
+}
+
+/* The stream's events stop; the caller has taken the callbacks away. */
+void xiw_stream_ev_stop(struct xiw_stream_ev *ev)
+{
+	hrtimer_cancel(&ev->timer);
+	WRITE_ONCE(ev->uctx, NULL);
+}

@@ -1,0 +1,142 @@
+//! Kernel mode: the context's events page ([`xiw_abi::events`]), which the
+//! module's socket callbacks mark. A thread that polls an empty CQ looks at
+//! its QP's slot instead of asking the socket, and the progress thread is
+//! woken (through the context's eventfd) only while it sleeps, armed.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+
+use xiw_abi::events::*;
+
+pub struct StreamEvents {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is shared memory reached only through atomics; it
+// stays mapped until the value is dropped.
+unsafe impl Send for StreamEvents {}
+unsafe impl Sync for StreamEvents {}
+
+impl StreamEvents {
+    /// Maps the page the module made for the context of `cmd_fd`.
+    pub fn map(cmd_fd: RawFd, offset: u64, len: usize) -> io::Result<StreamEvents> {
+        if len < EVENTS_BYTES {
+            return Err(io::Error::from_raw_os_error(libc::EPROTO));
+        }
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: a fresh shared mapping of the module's page, of the length
+        // it said; nothing else is at the address the kernel picks.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                cmd_fd,
+                off,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ev = StreamEvents {
+            base: p as *mut u8,
+            len,
+        };
+        let h = ev.header();
+        if h.magic != EVENTS_MAGIC || h.version != EVENTS_VERSION || h.slots != SLOTS {
+            return Err(io::Error::from_raw_os_error(libc::EPROTO));
+        }
+        Ok(ev)
+    }
+
+    fn header(&self) -> &EventsHeader {
+        // SAFETY: the mapping starts with the header (checked long enough).
+        unsafe { &*(self.base as *const EventsHeader) }
+    }
+
+    fn summary(&self, word: usize) -> &SummaryWord {
+        // SAFETY: `word` < SLOTS / 64 (callers'), inside the bitmap, aligned.
+        unsafe { &*(self.base.add(SUMMARY_OFFSET + word * 8) as *const SummaryWord) }
+    }
+
+    fn slot(&self, slot: u32) -> Option<&EventsSlot> {
+        if slot >= SLOTS {
+            return None;
+        }
+        // SAFETY: slot < SLOTS, so the entry lies inside the mapping.
+        Some(unsafe { &*(self.base.add(SLOTS_OFFSET + slot as usize * 8) as *const EventsSlot) })
+    }
+
+    /// Takes the events marked in `slot` (0: nothing happened).
+    #[inline]
+    pub fn take(&self, slot: u32) -> u32 {
+        self.slot(slot)
+            .map_or(0, |s| s.events.swap(0, Ordering::AcqRel))
+    }
+
+    /// Says who took the slot's last events ([`HINT_APP`] or [`HINT_PROGRESS`]).
+    #[inline]
+    pub fn hint(&self, slot: u32, hint: u32) {
+        if let Some(s) = self.slot(slot) {
+            if s.hint.load(Ordering::Relaxed) != hint {
+                s.hint.store(hint, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The slots marked since the last call, each once (some may have had
+    /// their events taken meanwhile); false if none was.
+    pub fn drain(&self, mut f: impl FnMut(u32)) -> bool {
+        if self.header().pending.swap(0, Ordering::AcqRel) == 0 {
+            return false;
+        }
+        for w in 0..(SLOTS / 64) as usize {
+            let s = self.summary(w);
+            if s.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = s.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                f(w as u32 * 64 + bits.trailing_zeros());
+                bits &= bits - 1;
+            }
+        }
+        true
+    }
+
+    /// The progress thread is about to sleep: the module wakes it for the
+    /// next mark. False if a mark came meanwhile (do not sleep).
+    pub fn arm(&self) -> bool {
+        let h = self.header();
+        h.armed.store(1, Ordering::SeqCst);
+        // The store before the look at `pending` (the module: the reverse).
+        fence(Ordering::SeqCst);
+        if h.pending.load(Ordering::SeqCst) != 0 {
+            h.armed.store(0, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The progress thread is awake.
+    pub fn disarm(&self) {
+        self.header().armed.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether the module queued a connection since the last call.
+    pub fn take_cm(&self) -> bool {
+        let cm: &AtomicU32 = &self.header().cm;
+        cm.load(Ordering::Relaxed) != 0 && cm.swap(0, Ordering::AcqRel) != 0
+    }
+}
+
+impl Drop for StreamEvents {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
