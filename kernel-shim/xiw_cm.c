@@ -540,13 +540,20 @@ static void xiw_cep_ready(struct xiw_cep *cep)
 		xiw_eventfd_signal(uctx->cm_ev);
 }
 
-/* The ready-to-receive message: a zero-length RDMA Write if offered. */
+/*
+ * The ready-to-receive message: a zero-length RDMA Write if offered, else a
+ * zero-length RDMA Read (RFC 6581). A zero-length Send is not taken: it
+ * would reach the application as a receive.
+ */
 static int xiw_mpa_rtr(u32 offered)
 {
 	if (!(offered & (u32)MPA_P2P << 16))
 		return XIW_RTR_NONE;
 	if (offered & MPA_RTR_WRITE)
 		return XIW_RTR_WRITE;
+	/* The provider answers a zero-length Read Request as any other. */
+	if (offered & MPA_RTR_READ)
+		return XIW_RTR_READ;
 	return -EOPNOTSUPP;
 }
 
@@ -866,9 +873,13 @@ int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	cep->ird = min_t(u32, param->ird, XIW_MAX_RD_ATOMIC);
 	cep->ord = min_t(u32, min_t(u32, param->ord, XIW_MAX_RD_ATOMIC),
 			 cep->peer_ird);
+	/* The initiator's zero-length Read needs room to be answered. */
+	if (cep->rtr == XIW_RTR_READ && !cep->ird)
+		cep->ird = 1;
 	rv = xiw_mpa_send(cep, mpa_rep_key, cep->crc ? MPA_FLAG_CRC : 0,
 			  cep->ird | (cep->rtr ? MPA_P2P : 0),
-			  cep->ord | (cep->rtr == XIW_RTR_WRITE ? MPA_RTR_WRITE : 0),
+			  cep->ord | (cep->rtr == XIW_RTR_WRITE ? MPA_RTR_WRITE :
+				      cep->rtr == XIW_RTR_READ ? MPA_RTR_READ : 0),
 			  param->private_data, param->private_data_len);
 	if (rv)
 		goto fail;

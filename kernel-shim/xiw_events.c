@@ -132,6 +132,7 @@ void xiw_events_note_cm(struct xiw_ucontext *uctx)
 	if (!uctx->events)
 		return;
 	WRITE_ONCE(xiw_events_hdr(uctx)->cm, 1);
+	/* Seen by the provider before the eventfd's count. */
 	smp_wmb();
 }
 

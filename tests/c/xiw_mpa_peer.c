@@ -6,8 +6,14 @@
  * prints the Reply's header: "rev R flags 0xF pd_len L[ ird 0xI ord 0xO]".
  * It sends nothing after the Request and closes the connection.
  *
- * usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD
- * exit: 0 once a Reply was read, 1 otherwise.
+ * With a seventh argument "read-rtr" (revision 2, enhanced, no CRC asked
+ * and none agreed), it goes on as an RFC 6581 initiator whose
+ * ready-to-receive message is a zero-length RDMA Read: it sends that Read
+ * Request (sink STag 0x5a5a01, source STag 0) and prints the answer's
+ * header: "response opcode O stag 0xS last L".
+ *
+ * usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD [read-rtr]
+ * exit: 0 once a Reply (and, with read-rtr, a response) was read, 1 otherwise.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -33,17 +39,55 @@ static void read_all(int fd, uint8_t *p, size_t n)
 	}
 }
 
+static void put32(uint8_t *p, uint32_t v)
+{
+	v = htonl(v);
+	memcpy(p, &v, 4);
+}
+
+/*
+ * The RTR as a zero-length RDMA Read Request (no CRC, no markers): MPA
+ * length, then DDP untagged (queue 1, MSN 1, MO 0), then RDMAP's Read
+ * Request header (RFC 5040 section 4.4).
+ */
+static void read_rtr_exchange(int fd)
+{
+	uint8_t f[48] = { 0 }, r[16];
+	uint32_t stag;
+
+	f[0] = 0;
+	f[1] = 46;		/* ULPDU: 18 bytes of headers, 28 of Read Request */
+	f[2] = 0x41;		/* untagged, last, DDP version 1 */
+	f[3] = 0x41;		/* RDMAP version 1, Read Request */
+	put32(&f[8], 1);	/* queue 1 */
+	put32(&f[12], 1);	/* MSN 1 */
+	put32(&f[16], 0);	/* MO 0 */
+	put32(&f[20], 0x5a5a01);	/* sink STag; sink TO 0 */
+	put32(&f[32], 0);	/* RDMA Read size 0 */
+	put32(&f[36], 0);	/* source STag 0; source TO 0 */
+	if (write(fd, f, sizeof(f)) != (ssize_t)sizeof(f))
+		die("sending the Read Request: %s", strerror(errno));
+	/* MPA length, DDP tagged header (STag, TO), no payload, no pad. */
+	read_all(fd, r, sizeof(r));
+	memcpy(&stag, &r[4], 4);
+	printf("response opcode %u stag 0x%x last %u len %u\n", r[3] & 0x0f,
+	       ntohl(stag), (r[2] & 0x40) != 0, r[0] << 8 | r[1]);
+}
+
 int main(int argc, char **argv)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	uint8_t req[24], rep[20 + 512];
-	int fd, rev, enhanced, len;
+	int fd, rev, enhanced, len, read_rtr;
 	unsigned int pd;
 
-	if (argc != 7)
-		die("usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD");
+	if (argc != 7 && !(argc == 8 && !strcmp(argv[7], "read-rtr")))
+		die("usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD [read-rtr]");
 	rev = atoi(argv[3]);
 	enhanced = rev == 2 && atoi(argv[4]);
+	read_rtr = argc == 8;
+	if (read_rtr && !enhanced)
+		die("read-rtr needs revision 2, enhanced");
 	sa.sin_port = htons((uint16_t)atoi(argv[2]));
 	if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
 		die("bad address %s", argv[1]);
@@ -57,8 +101,15 @@ int main(int argc, char **argv)
 	req[18] = 0;
 	req[19] = enhanced ? 4 : 0;
 	if (enhanced) {
-		uint16_t ird = htons((uint16_t)strtoul(argv[5], NULL, 0));
-		uint16_t ord = htons((uint16_t)strtoul(argv[6], NULL, 0));
+		uint16_t ird = (uint16_t)strtoul(argv[5], NULL, 0);
+		uint16_t ord = (uint16_t)strtoul(argv[6], NULL, 0);
+
+		if (read_rtr) {
+			ird |= 0x8000;	/* peer-to-peer */
+			ord |= 0x4000;	/* zero-length Read as the RTR */
+		}
+		ird = htons(ird);
+		ord = htons(ord);
 
 		memcpy(&req[20], &ird, 2);
 		memcpy(&req[22], &ord, 2);
@@ -78,6 +129,8 @@ int main(int argc, char **argv)
 	if ((rep[16] & 0x10) && pd >= 4)
 		printf(" ird 0x%04x ord 0x%04x", rep[20] << 8 | rep[21], rep[22] << 8 | rep[23]);
 	printf("\n");
+	if (read_rtr)
+		read_rtr_exchange(fd);
 	close(fd);
 	return 0;
 }

@@ -48,8 +48,7 @@ check "ib_write_bw -R 1 MiB" \
 # A hand-written MPA initiator (tests/c/xiw_mpa_peer.c) against rping's
 # listener: the Reply answers in the Request's revision, with RFC 6581's
 # block only when asked, the ORD no more than the peer's IRD (even 0), CRC
-# as the module asks (mpa_crc=1); markers and a ready-to-receive message
-# other than the zero-length Write are refused with the MPA reject.
+# as the module asks (mpa_crc=1).
 # mpa REV ENHANCED IRD ORD: the Reply's header line, in /tmp/client.
 mpa() {
     rping -s -a 10.77.0.1 -p 7190 -C 1 >/tmp/server 2>&1 &
@@ -71,8 +70,12 @@ check "MPA revision 2 without RFC 6581: Reply revision 2 without the block" \
     "mpa 2 0 0 0 && grep -qx 'rev 2 flags 0x40 pd_len 0' /tmp/client"
 check "MPA revision 1: Reply revision 1 without the block" \
     "mpa 1 0 0 0 && grep -qx 'rev 1 flags 0x40 pd_len 0' /tmp/client"
-check "MPA read RTR only: refused with the MPA reject" \
-    "mpa 2 1 0x8004 0x4004 && grep -qE '^rev 2 flags 0x[73]0 ' /tmp/client"
+# A peer whose ready-to-receive message is a zero-length Read (no CRC at
+# either end here, so that the hand-written peer's frames need none): the
+# Reply names the Read, and the zero-length Read is answered with a
+# zero-length Read Response to the peer's sink STag.
+check "MPA read RTR only: accepted, the zero-length Read answered with a zero-length Read Response" \
+    "echo 0 >/sys/module/xiw/parameters/mpa_crc; mpa 2 1 4 4 read-rtr; r=\$?; echo 1 >/sys/module/xiw/parameters/mpa_crc; [ \$r -eq 0 ] && grep -qE '^rev 2 flags 0x10 pd_len 4 ird 0x800[1-9a-f] ord 0x400[0-4]\$' /tmp/client && grep -qx 'response opcode 2 stag 0x5a5a01 last 1 len 14' /tmp/client"
 
 check "no rdma_cm connection left" "! rdma resource show cm_id 2>/dev/null | grep -q 'state CONNECT\|ESTABLISHED'"
 check "rdma link delete xiw0" "rdma link delete xiw0"
