@@ -46,13 +46,14 @@ static void put32(uint8_t *p, uint32_t v)
 }
 
 /*
- * The RTR as a zero-length RDMA Read Request (no CRC, no markers): MPA
- * length, then DDP untagged (queue 1, MSN 1, MO 0), then RDMAP's Read
- * Request header (RFC 5040 section 4.4).
+ * The RTR as a zero-length RDMA Read Request (no markers): MPA length, then
+ * DDP untagged (queue 1, MSN 1, MO 0), then RDMAP's Read Request header
+ * (RFC 5040 section 4.4), then the CRC field, present though CRC is not in
+ * use (RFC 5044 section 4.1: any value, not checked).
  */
 static void read_rtr_exchange(int fd)
 {
-	uint8_t f[48] = { 0 }, r[16];
+	uint8_t f[52] = { 0 }, r[20];
 	uint32_t stag;
 
 	f[0] = 0;
@@ -67,7 +68,7 @@ static void read_rtr_exchange(int fd)
 	put32(&f[36], 0);	/* source STag 0; source TO 0 */
 	if (write(fd, f, sizeof(f)) != (ssize_t)sizeof(f))
 		die("sending the Read Request: %s", strerror(errno));
-	/* MPA length, DDP tagged header (STag, TO), no payload, no pad. */
+	/* MPA length, DDP tagged header (STag, TO), no payload or pad, CRC field. */
 	read_all(fd, r, sizeof(r));
 	memcpy(&stag, &r[4], 4);
 	printf("response opcode %u stag 0x%x last %u len %u\n", r[3] & 0x0f,
@@ -81,6 +82,8 @@ int main(int argc, char **argv)
 	int fd, rev, enhanced, len, read_rtr;
 	unsigned int pd;
 
+	/* What was read is shown even if the peer is killed waiting for more. */
+	setvbuf(stdout, NULL, _IONBF, 0);
 	if (argc != 7 && !(argc == 8 && !strcmp(argv[7], "read-rtr")))
 		die("usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD [read-rtr]");
 	rev = atoi(argv[3]);
