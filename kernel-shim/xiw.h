@@ -40,6 +40,7 @@ struct xiw_device {
 	atomic_t num_cq;
 	atomic_t num_qp;
 	atomic_t num_srq;
+	atomic_t num_mr;
 };
 
 struct xiw_ucontext {
@@ -94,6 +95,11 @@ struct xiw_qp {
 
 struct xiw_srq {
 	struct ib_srq base;
+};
+
+/* A region the provider registered: its keys are the provider's STag. */
+struct xiw_mr {
+	struct ib_mr base;
 };
 
 static inline struct xiw_qp *to_xqp(struct ib_qp *qp)

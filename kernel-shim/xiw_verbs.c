@@ -444,15 +444,47 @@ static struct ib_mr *xiw_get_dma_mr(struct ib_pd *pd, int access)
 	return ERR_PTR(-EOPNOTSUPP);
 }
 
+/*
+ * A region the provider registered (and checks every access to): the
+ * kernel's object only stands for it (`rdma resource`, its PD in use), so
+ * nothing is pinned; its keys are the provider's STag.
+ */
 static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 				     u64 iova, int access,
 				     struct ib_udata *udata)
 {
-	return ERR_PTR(-EOPNOTSUPP);
+	struct xiw_device *xdev = to_xdev(pd->device);
+	struct xiw_reg_mr_req req;
+	struct xiw_mr *mr;
+
+	if (!udata)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (udata->inlen < sizeof(req))
+		return ERR_PTR(-EINVAL);
+	if (ib_copy_from_udata(&req, udata, sizeof(req)))
+		return ERR_PTR(-EFAULT);
+	if (req.reserved)
+		return ERR_PTR(-EINVAL);
+	if (atomic_inc_return(&xdev->num_mr) > XIW_MAX_MR) {
+		atomic_dec(&xdev->num_mr);
+		return ERR_PTR(-ENOMEM);
+	}
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr) {
+		atomic_dec(&xdev->num_mr);
+		return ERR_PTR(-ENOMEM);
+	}
+	mr->base.lkey = req.stag;
+	mr->base.rkey = req.stag;
+	return &mr->base;
 }
 
-static int xiw_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
+static int xiw_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
+	struct xiw_device *xdev = to_xdev(ibmr->device);
+
+	kfree(container_of(ibmr, struct xiw_mr, base));
+	atomic_dec(&xdev->num_mr);
 	return 0;
 }
 
@@ -466,7 +498,7 @@ static void xiw_dealloc_driver(struct ib_device *ibdev)
 
 	WARN_ON(atomic_read(&xdev->num_ctx) || atomic_read(&xdev->num_pd) ||
 		atomic_read(&xdev->num_cq) || atomic_read(&xdev->num_qp) ||
-		atomic_read(&xdev->num_srq));
+		atomic_read(&xdev->num_srq) || atomic_read(&xdev->num_mr));
 	WARN_ON(!xa_empty(&xdev->qps));
 	xa_destroy(&xdev->qps);
 }

@@ -179,6 +179,17 @@ struct xiw_events_slot {
 	__u32 hint;
 };
 
+/*
+ * The driver data of REG_MR: the STag the provider gave the region, which
+ * the module takes as the kernel's MR's keys (the kernel's object is
+ * bookkeeping: `rdma resource`, the PD's use count; the provider checks
+ * every access itself).
+ */
+struct xiw_reg_mr_req {
+	__u32 stag;
+	__u32 reserved;
+};
+
 /* GET_CONTEXT's driver response: where the events page is. */
 struct xiw_alloc_ucontext_resp {
 	__u64 events_offset;
@@ -306,5 +317,6 @@ _Static_assert(sizeof(struct xiw_events_header) == XIW_EVENTS_SUMMARY_OFFSET, "e
 _Static_assert(sizeof(struct xiw_events_slot) == 8, "events slot size");
 _Static_assert(sizeof(struct xiw_alloc_ucontext_resp) == 16, "ucontext response size");
 _Static_assert(sizeof(struct xiw_create_qp_resp) == 8, "create_qp response size");
+_Static_assert(sizeof(struct xiw_reg_mr_req) == 8, "reg_mr request size");
 
 #endif /* XIW_ABI_H */

@@ -302,6 +302,49 @@ pub struct AllocUcontextResp {
     pub reserved: u32,
 }
 
+/// `IB_USER_VERBS_CMD_REG_MR`.
+pub const CMD_REG_MR: u32 = 9;
+/// `IB_USER_VERBS_CMD_DEREG_MR`.
+pub const CMD_DEREG_MR: u32 = 13;
+
+/// `struct ib_uverbs_reg_mr`, then xiw's driver data.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RegMr {
+    pub response: u64,
+    pub start: u64,
+    pub length: u64,
+    pub hca_va: u64,
+    pub pd_handle: u32,
+    pub access_flags: u32,
+    /// xiw's `struct xiw_reg_mr_req`.
+    pub req: RegMrReq,
+}
+
+/// `struct xiw_reg_mr_req` (`include/xiw_abi.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RegMrReq {
+    pub stag: u32,
+    pub reserved: u32,
+}
+
+/// `struct ib_uverbs_reg_mr_resp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RegMrResp {
+    pub mr_handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+/// `struct ib_uverbs_dereg_mr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DeregMr {
+    pub mr_handle: u32,
+}
+
 /// `struct xiw_create_qp_resp`: CREATE_QP's driver response.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -329,6 +372,8 @@ const _: () = {
     assert!(size_of::<AllocUcontextReq>() == 8);
     assert!(size_of::<AllocUcontextResp>() == 16);
     assert!(size_of::<CreateQpDrvResp>() == 8);
+    assert!(size_of::<RegMr>() == 48);
+    assert!(size_of::<RegMrResp>() == 12);
     assert!(size_of::<CreateQpResp>() == 32);
     assert!(size_of::<CreateSrq>() == 32);
     assert!(size_of::<CreateSrqResp>() == 16);

@@ -95,6 +95,7 @@ fn c_header_matches_rust_layout() {
             "struct xiw_create_qp_resp",
             size_of::<kernel::CreateQpDrvResp>(),
         ),
+        ("struct xiw_reg_mr_req", size_of::<kernel::RegMrReq>()),
     ] {
         checks.push((format!("sizeof({c})"), n as u64));
     }

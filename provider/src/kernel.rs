@@ -148,6 +148,44 @@ impl Kernel {
         Ok(resp.srq_handle)
     }
 
+    /// The kernel's object for a region of PD `pd` whose STag is `stag`
+    /// (its keys there): `[start, start + len)` with the rights the kernel
+    /// knows of `access`; its handle. The kernel pins nothing: the provider
+    /// keeps checking every access itself.
+    pub fn reg_mr(
+        &self,
+        pd: u32,
+        start: u64,
+        len: u64,
+        access: u32,
+        stag: u32,
+    ) -> Result<u32, i32> {
+        use xiw_abi::verbs::*;
+        let known = IBV_ACCESS_LOCAL_WRITE
+            | IBV_ACCESS_REMOTE_WRITE
+            | IBV_ACCESS_REMOTE_READ
+            | IBV_ACCESS_REMOTE_ATOMIC
+            | IBV_ACCESS_MW_BIND;
+        let mut resp = RegMrResp::default();
+        let cmd = RegMr {
+            response: &mut resp as *mut RegMrResp as u64,
+            start,
+            length: len,
+            // The provider's own iova need not keep the page offset the
+            // kernel insists on; the kernel's object takes the address.
+            hca_va: start,
+            pd_handle: pd,
+            access_flags: access & known,
+            req: RegMrReq { stag, reserved: 0 },
+        };
+        self.write(CMD_REG_MR, &cmd, size_of_val(&resp))?;
+        Ok(resp.mr_handle)
+    }
+
+    pub fn dereg_mr(&self, handle: u32) -> Result<(), i32> {
+        self.write_destroy(CMD_DEREG_MR, &DeregMr { mr_handle: handle }, 0)
+    }
+
     /// As [`Kernel::destroy_qp`], for an SRQ.
     pub fn destroy_srq(&self, handle: u32) -> Result<u32, i32> {
         self.destroy(CMD_DESTROY_SRQ, handle)

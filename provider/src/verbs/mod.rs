@@ -142,6 +142,8 @@ pub struct XiwMr {
     pub vmr: verbs_mr,
     /// The device memory it is registered on (`ibv_reg_dm_mr`), if any.
     pub dm: *mut XiwDm,
+    /// Kernel mode: the handle of the kernel's object for it.
+    pub kernel: Option<u32>,
 }
 
 #[repr(C)]

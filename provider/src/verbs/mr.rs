@@ -227,6 +227,13 @@ pub(crate) unsafe fn register_mr(
         ext,
         window: None,
     });
+    let kernel = match kernel_mr(sh, p.kernel, addr as u64, len as u64, access, stag) {
+        Ok(h) => h,
+        Err(e) => {
+            let _ = sh.mrs.deregister(stag);
+            return refuse(e, format!("the kernel refused the region: errno {e}"));
+        }
+    };
     let mr = Box::new(XiwMr {
         vmr: verbs_mr {
             ibv_mr: ibv_mr {
@@ -242,10 +249,32 @@ pub(crate) unsafe fn register_mr(
             access: access as i32,
         },
         dm: ptr::null_mut(),
+        kernel,
     });
     // SAFETY: pd is ours.
     unsafe { domain_use(pd, true) };
     Ok(Box::into_raw(mr) as *mut ibv_mr)
+}
+
+/// Kernel mode: the kernel's object for a region of the PD whose kernel
+/// handle is `pd` (`rdma resource`; the kernel's PD stays in use while it
+/// lives); none in standalone mode, and none for an implicit on-demand
+/// paging region, which is no range.
+fn kernel_mr(
+    sh: &Shared,
+    pd: Option<u32>,
+    addr: u64,
+    len: u64,
+    access: u32,
+    stag: u32,
+) -> Result<Option<u32>, i32> {
+    let (Some(k), Some(pd)) = (sh.kernel, pd) else {
+        return Ok(None);
+    };
+    if len == u64::MAX || addr.checked_add(len).is_none() {
+        return Ok(None);
+    }
+    k.reg_mr(pd, addr, len, access, stag).map(Some)
 }
 
 /// The access flags a registration keeps, and the MR's flush/verify attributes.
@@ -415,6 +444,25 @@ unsafe fn rereg(
     };
     // SAFETY: vmr is ours; libibverbs updates pd, addr and length itself.
     unsafe { (*vmr).access = kept as i32 };
+    // Kernel mode: the kernel's object follows (its PD, range and rights).
+    // SAFETY: vmr is ours.
+    let x = unsafe { &mut *(vmr as *mut XiwMr) };
+    if let (Some(k), Some(h)) = (sh.kernel, x.kernel) {
+        let _ = k.dereg_mr(h);
+        let pd_k = if pd.is_null() || flags & IBV_REREG_MR_CHANGE_PD == 0 {
+            // SAFETY: the MR's current PD, ours.
+            unsafe { pd_of(x.vmr.ibv_mr.pd).kernel }
+        } else {
+            // SAFETY: pd is ours, per the function contract.
+            unsafe { pd_of(pd).kernel }
+        };
+        let now = sh.mrs.view(stag);
+        x.kernel = now.and_then(|v| {
+            kernel_mr(sh, pd_k, v.addr, v.len, kept, stag)
+                .ok()
+                .flatten()
+        });
+    }
     Ok(())
 }
 
@@ -547,6 +595,10 @@ pub(super) unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
         if let Err(e) = sh.mrs.deregister(stag) {
             // EBUSY: memory windows are bound to it.
             return e;
+        }
+        // SAFETY: ours.
+        if let (Some(k), Some(h)) = (sh.kernel, unsafe { (*(vmr as *mut XiwMr)).kernel }) {
+            let _ = k.dereg_mr(h);
         }
         // SAFETY: ours; a device memory it is on outlives it (free_dm waits
         // for its MRs).

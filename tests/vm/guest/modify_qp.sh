@@ -17,8 +17,8 @@ send_bw_ok() {
 }
 
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
-# The kernel's objects of a process: its PD, CQ and QP (under the provider's
-# QP number, in the provider's state), gone when the process is killed. The
+# The kernel's objects of a process: its PD, CQ, MR and QP (under the provider's QP number, in the provider's
+# state), gone when the process is killed. The
 # provider's QP numbers are the TCP port its context listens on, shifted by
 # 8, plus an index.
 ibv_rc_pingpong -d xiw0 -g 0 >/tmp/lone 2>&1 &
@@ -27,18 +27,21 @@ sleep 1
 rdma resource show qp link xiw0/1 >/tmp/qps 2>&1
 rdma resource show cq dev xiw0 >/tmp/cqs 2>&1
 rdma resource show pd dev xiw0 >/tmp/pds 2>&1
-cat /tmp/qps /tmp/cqs /tmp/pds
+rdma resource show mr dev xiw0 >/tmp/mrs 2>&1
+cat /tmp/qps /tmp/cqs /tmp/pds /tmp/mrs
 qpn=$(sed -n 's/.*lqpn \([0-9]*\) .*/\1/p' /tmp/qps | head -1)
 check "rdma resource show: the QP under the provider's number, in INIT" \
     "grep -qE '^link xiw0/1 lqpn [0-9]+ .*type RC state INIT .*comm ibv_rc_pingpong' /tmp/qps &&
      netstat -ltn | grep -q \"10.77.0.1:$((${qpn:-0} >> 8)) \""
 check "rdma resource show: its CQ and PD" \
     "grep -qE '^dev xiw0 cqn .*comm ibv_rc_pingpong' /tmp/cqs && grep -qE '^dev xiw0 pdn .*comm ibv_rc_pingpong' /tmp/pds"
+check "rdma resource show: its MR" \
+    "grep -qE '^dev xiw0 mrn [0-9]+ .*comm ibv_rc_pingpong' /tmp/mrs"
 kill -9 $lone
 wait $lone 2>/dev/null
 sleep 1
 check "a killed process's objects are gone" \
-    "! rdma resource show qp link xiw0/1 | grep -q lqpn && ! rdma resource show cq dev xiw0 | grep -q cqn && ! rdma resource show pd dev xiw0 | grep -q pdn"
+    "! rdma resource show qp link xiw0/1 | grep -q lqpn && ! rdma resource show cq dev xiw0 | grep -q cqn && ! rdma resource show pd dev xiw0 | grep -q pdn && ! rdma resource show mr dev xiw0 | grep -q mrn"
 
 check "ibv_rc_pingpong, 4 KiB x 200, data checked (-c)" \
     "pairs ibv_rc_pingpong -d xiw0 -g 0 -c -n 200 -s 4096 && grep -q '200 iters' /tmp/client"
