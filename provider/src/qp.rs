@@ -541,6 +541,11 @@ impl Endpoint for Qp {
             self.mirror_state(IBV_QPS_RTS);
         }
         self.kick();
+        // The module marked the stream at the handover, and a thread polling
+        // a CQ may have taken those marks before the stream was attached or
+        // the QP in RTS, when there was nothing to read them for: what came
+        // before now is read here, what comes later is marked anew.
+        self.on_stream(true, false);
     }
 
     fn apply_deferred(&self) {
