@@ -17,6 +17,8 @@
 MODULE_AUTHOR("xiw developers");
 MODULE_DESCRIPTION("xiw software iWARP device (kernel side)");
 MODULE_LICENSE("GPL");
+/* The package version (Cargo.toml), which DKMS names the module by. */
+MODULE_VERSION("0.1.0");
 MODULE_ALIAS_RDMA_LINK("xiw");
 
 /* An EUI-64 from the netdev's hardware address, or a made-up one. */

@@ -54,6 +54,11 @@ fn guest(script: &str, programs: &[&str]) -> String {
 /// As [`guest`], on the kernel of Debian release `suite`, with the
 /// programs at `programs`.
 fn guest_on(suite: &str, script: &str, programs: &[PathBuf]) -> String {
+    guest_env(suite, script, programs, &[])
+}
+
+/// As [`guest_on`], with `env` set for `tests/vm/run.sh`.
+fn guest_env(suite: &str, script: &str, programs: &[PathBuf], env: &[(&str, &str)]) -> String {
     let path = repo().join("tests/vm/guest").join(script);
     let text = std::fs::read_to_string(&path).expect("reading the guest script");
     // The script's own count (`# checks: N`) where checks run in loops;
@@ -74,6 +79,7 @@ fn guest_on(suite: &str, script: &str, programs: &[PathBuf]) -> String {
         });
     let out = Command::new("bash")
         .env("XIW_VM_SUITE", suite)
+        .envs(env.iter().copied())
         .arg(repo().join("tests/vm/run.sh"))
         .arg(&path)
         .args(programs)
@@ -199,6 +205,74 @@ fn debian_13_kernel_smoke() {
         console.contains("kernel 6.12."),
         "not Debian 13's 6.12 kernel:\n{console}"
     );
+}
+
+/// The module through DKMS (`pkg/dkms.sh`): DKMS builds it for Debian 12's
+/// kernel from the headers (a kernel not installed on this host), and the
+/// guest loads that very module (its srcversion) and runs the smoke test.
+#[test]
+fn the_module_builds_through_dkms_and_runs() {
+    let _g = serial();
+    let root = kernel_root();
+    let kver = root
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("the kernel's version")
+        .to_owned();
+    let headers = root.join(format!("usr/src/linux-headers-{kver}"));
+    let out = Command::new("bash")
+        .arg(repo().join("pkg/dkms.sh"))
+        .args(["build", &kver])
+        .arg(&headers)
+        .output()
+        .expect("running pkg/dkms.sh");
+    assert!(
+        out.status.success(),
+        "pkg/dkms.sh build failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ko = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let info = |field: &str| {
+        let o = Command::new("modinfo")
+            .args(["-F", field, &ko])
+            .output()
+            .expect("running modinfo");
+        assert!(
+            o.status.success(),
+            "modinfo {ko}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    let vermagic = info("vermagic");
+    assert!(
+        vermagic.starts_with(&format!("{kver} ")),
+        "DKMS built for another kernel: {vermagic}"
+    );
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).expect("reading Cargo.toml");
+    let version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("the workspace's version");
+    assert_eq!(
+        info("version"),
+        version,
+        "MODULE_VERSION is not the package's version"
+    );
+    let srcversion = info("srcversion");
+    assert!(!srcversion.is_empty(), "no srcversion");
+    let console = guest_env("bookworm", "smoke.sh", &[], &[("XIW_VM_MODULE", &ko)]);
+    assert!(
+        console.contains(&format!("xiw srcversion {srcversion}")),
+        "the guest did not load DKMS's module ({srcversion}):\n{console}"
+    );
+    let rm = Command::new("bash")
+        .arg(repo().join("pkg/dkms.sh"))
+        .arg("remove")
+        .output()
+        .expect("running pkg/dkms.sh remove");
+    assert!(rm.status.success(), "pkg/dkms.sh remove failed");
 }
 
 /// Standalone mode has no completion channels: a CQ with one is refused

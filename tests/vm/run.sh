@@ -19,7 +19,9 @@
 # guest gets the same files (or XIW_VM_PROVIDER names the provider library
 # to use instead). Environment: XIW_VM_SUITE (bookworm, the
 # default: Debian 12's kernel; trixie: Debian 13's), XIW_VM_TIMEOUT (seconds,
-# default 600), XIW_VM_KEEP=1 keeps the work directory.
+# default 600), XIW_VM_KEEP=1 keeps the work directory, XIW_VM_MODULE names
+# an xiw.ko built for the guest's kernel elsewhere (by DKMS, say) to load
+# instead of building one.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -42,20 +44,24 @@ chroot_dir=
 if [[ -f $root/.chroot ]]; then
     chroot_dir=$(cat "$root/.chroot")
 fi
-src=$chroot_dir/tmp/xiw-module.$$
-rm -rf "$src"
-mkdir -p "$src/build" "$src/abi/include"
-cp "$repo"/kernel-shim/{Kbuild,Makefile,*.c,*.h} "$src/build/"
-cp "$repo/abi/include/xiw_abi.h" "$src/abi/include/"
-if [[ -n $chroot_dir ]]; then
-    chroot "$chroot_dir" make -s -C "${root#"$chroot_dir"}/usr/src/linux-headers-$kver" \
-        M="${src#"$chroot_dir"}/build" modules >&2
-else
-    make -s -C "$root/usr/src/linux-headers-$kver" M="$src/build" modules >&2
-fi
 mkdir -p "$work/build"
-cp "$src/build/xiw.ko" "$work/build/"
-rm -rf "$src"
+if [[ -n ${XIW_VM_MODULE:-} ]]; then
+    cp "$XIW_VM_MODULE" "$work/build/xiw.ko"
+else
+    src=$chroot_dir/tmp/xiw-module.$$
+    rm -rf "$src"
+    mkdir -p "$src/build" "$src/abi/include"
+    cp "$repo"/kernel-shim/{Kbuild,Makefile,*.c,*.h} "$src/build/"
+    cp "$repo/abi/include/xiw_abi.h" "$src/abi/include/"
+    if [[ -n $chroot_dir ]]; then
+        chroot "$chroot_dir" make -s -C "${root#"$chroot_dir"}/usr/src/linux-headers-$kver" \
+            M="${src#"$chroot_dir"}/build" modules >&2
+    else
+        make -s -C "$root/usr/src/linux-headers-$kver" M="$src/build" modules >&2
+    fi
+    cp "$src/build/xiw.ko" "$work/build/"
+    rm -rf "$src"
+fi
 
 ir=$work/initrd
 mkdir -p "$ir"/{bin,dev,proc,sys,tmp,run,etc,lib64}

@@ -1,8 +1,10 @@
 # Guest, on any kernel the module is built for (the Debian 13 kernel run
-# uses it): load, device, a program with completion events, removal.
+# and the module built by DKMS use it): load, device, a program with
+# completion events, removal.
 # Prints "ok: ..." or "FAIL: ..." per check; exits with the failures.
 . /lib.sh
 echo "kernel $(uname -r)"
+echo "xiw srcversion $(cat /sys/module/xiw/srcversion)"
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
 check "ibv_devinfo: xiw0, iWARP, port active" \
     "ibv_devinfo -d xiw0 >/tmp/devinfo 2>&1 && grep -q 'transport:.*iWARP' /tmp/devinfo && grep -q PORT_ACTIVE /tmp/devinfo"
