@@ -541,9 +541,10 @@ static void xiw_cep_ready(struct xiw_cep *cep)
 }
 
 /*
- * The ready-to-receive message: a zero-length RDMA Write if offered, else a
- * zero-length RDMA Read (RFC 6581). A zero-length Send is not taken: it
- * would reach the application as a receive.
+ * The ready-to-receive message (RFC 6581): a zero-length RDMA Write if
+ * offered, else a zero-length RDMA Read (answered by the provider as any
+ * other), else a zero-length Send (taken by the provider's stream, never
+ * by a receive of the application).
  */
 static int xiw_mpa_rtr(u32 offered)
 {
@@ -551,9 +552,10 @@ static int xiw_mpa_rtr(u32 offered)
 		return XIW_RTR_NONE;
 	if (offered & MPA_RTR_WRITE)
 		return XIW_RTR_WRITE;
-	/* The provider answers a zero-length Read Request as any other. */
 	if (offered & MPA_RTR_READ)
 		return XIW_RTR_READ;
+	if (offered & (u32)MPA_RTR_SEND << 16)
+		return XIW_RTR_SEND;
 	return -EOPNOTSUPP;
 }
 
@@ -877,7 +879,8 @@ int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	if (cep->rtr == XIW_RTR_READ && !cep->ird)
 		cep->ird = 1;
 	rv = xiw_mpa_send(cep, mpa_rep_key, cep->crc ? MPA_FLAG_CRC : 0,
-			  cep->ird | (cep->rtr ? MPA_P2P : 0),
+			  cep->ird | (cep->rtr ? MPA_P2P : 0) |
+			  (cep->rtr == XIW_RTR_SEND ? MPA_RTR_SEND : 0),
 			  cep->ord | (cep->rtr == XIW_RTR_WRITE ? MPA_RTR_WRITE :
 				      cep->rtr == XIW_RTR_READ ? MPA_RTR_READ : 0),
 			  param->private_data, param->private_data_len);

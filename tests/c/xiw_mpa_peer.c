@@ -12,8 +12,13 @@
  * Request (sink STag 0x5a5a01, source STag 0) and prints the answer's
  * header: "response opcode O stag 0xS last L".
  *
- * usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD [read-rtr]
- * exit: 0 once a Reply (and, with read-rtr, a response) was read, 1 otherwise.
+ * With "send-rtr" instead, the ready-to-receive message it offers and sends
+ * is a zero-length Send (queue 0, MSN 1), which must be taken by the
+ * responder's stream, not by a receive of its application; it then sends
+ * the same zero-length Read, whose answer shows the responder went on.
+ *
+ * usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD [read-rtr|send-rtr]
+ * exit: 0 once a Reply (and, with an RTR, a response) was read, 1 otherwise.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -51,6 +56,24 @@ static void put32(uint8_t *p, uint32_t v)
  * (RFC 5040 section 4.4), then the CRC field, present though CRC is not in
  * use (RFC 5044 section 4.1: any value, not checked).
  */
+/*
+ * The RTR as a zero-length Send: MPA length, DDP untagged (queue 0, MSN 1,
+ * MO 0), no payload, the CRC field.
+ */
+static void send_rtr(int fd)
+{
+	uint8_t f[24] = { 0 };
+
+	f[1] = 18;		/* ULPDU: the DDP/RDMAP header alone */
+	f[2] = 0x41;		/* untagged, last, DDP version 1 */
+	f[3] = 0x43;		/* RDMAP version 1, Send */
+	put32(&f[8], 0);	/* queue 0 */
+	put32(&f[12], 1);	/* MSN 1 */
+	put32(&f[16], 0);	/* MO 0 */
+	if (write(fd, f, sizeof(f)) != (ssize_t)sizeof(f))
+		die("sending the zero-length Send: %s", strerror(errno));
+}
+
 static void read_rtr_exchange(int fd)
 {
 	uint8_t f[52] = { 0 }, r[20];
@@ -79,18 +102,20 @@ int main(int argc, char **argv)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	uint8_t req[24], rep[20 + 512];
-	int fd, rev, enhanced, len, read_rtr;
+	int fd, rev, enhanced, len, read_rtr, send_rtr_;
 	unsigned int pd;
 
 	/* What was read is shown even if the peer is killed waiting for more. */
 	setvbuf(stdout, NULL, _IONBF, 0);
-	if (argc != 7 && !(argc == 8 && !strcmp(argv[7], "read-rtr")))
-		die("usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD [read-rtr]");
+	if (argc != 7 && !(argc == 8 && (!strcmp(argv[7], "read-rtr") ||
+					 !strcmp(argv[7], "send-rtr"))))
+		die("usage: xiw_mpa_peer HOST PORT REV ENHANCED IRD ORD [read-rtr|send-rtr]");
 	rev = atoi(argv[3]);
 	enhanced = rev == 2 && atoi(argv[4]);
-	read_rtr = argc == 8;
-	if (read_rtr && !enhanced)
-		die("read-rtr needs revision 2, enhanced");
+	read_rtr = argc == 8 && !strcmp(argv[7], "read-rtr");
+	send_rtr_ = argc == 8 && !strcmp(argv[7], "send-rtr");
+	if ((read_rtr || send_rtr_) && !enhanced)
+		die("an RTR needs revision 2, enhanced");
 	sa.sin_port = htons((uint16_t)atoi(argv[2]));
 	if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
 		die("bad address %s", argv[1]);
@@ -111,6 +136,8 @@ int main(int argc, char **argv)
 			ird |= 0x8000;	/* peer-to-peer */
 			ord |= 0x4000;	/* zero-length Read as the RTR */
 		}
+		if (send_rtr_)
+			ird |= 0x8000 | 0x4000;	/* peer-to-peer, Send as the RTR */
 		ird = htons(ird);
 		ord = htons(ord);
 
@@ -132,7 +159,9 @@ int main(int argc, char **argv)
 	if ((rep[16] & 0x10) && pd >= 4)
 		printf(" ird 0x%04x ord 0x%04x", rep[20] << 8 | rep[21], rep[22] << 8 | rep[23]);
 	printf("\n");
-	if (read_rtr)
+	if (send_rtr_)
+		send_rtr(fd);
+	if (read_rtr || send_rtr_)
 		read_rtr_exchange(fd);
 	close(fd);
 	return 0;

@@ -388,6 +388,7 @@ impl Pair {
         let rp = |expect_rtr| recv::Params {
             crc,
             expect_rtr,
+            rtr_send: false,
             access: u32::MAX,
             extensions: true,
             merge_imm: true,
@@ -442,6 +443,7 @@ impl Pair {
                 recv::Params {
                     crc: ag.crc,
                     expect_rtr: responder && rtr,
+                    rtr_send: false,
                     access: u32::MAX,
                     extensions: true,
                     merge_imm: true,

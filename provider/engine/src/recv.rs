@@ -133,6 +133,9 @@ pub struct Receiver<R> {
     crc32c: mpa::Crc32c,
     /// Responder side: the peer's first FPDU is its ready-to-receive message.
     expect_rtr: bool,
+    /// That message is the agreed zero-length Send (RFC 6581), taken by the
+    /// stream itself: it uses the first MSN of queue 0 but no receive.
+    rtr_send: bool,
     /// The QP's rights for remote requests.
     access: u32,
     /// RFC 7306 atomics and immediate data, and the commit draft's operations.
@@ -183,6 +186,8 @@ struct Placing {
 pub struct Params {
     pub crc: bool,
     pub expect_rtr: bool,
+    /// The ready-to-receive message agreed is a zero-length Send.
+    pub rtr_send: bool,
     pub access: u32,
     pub extensions: bool,
     pub merge_imm: bool,
@@ -201,6 +206,7 @@ impl<R> Receiver<R> {
             crc: p.crc,
             crc32c: mpa::crc32c,
             expect_rtr: p.expect_rtr,
+            rtr_send: p.expect_rtr && p.rtr_send,
             access: p.access,
             extensions: p.extensions,
             merge_imm: p.merge_imm,
@@ -521,6 +527,31 @@ impl<R> Receiver<R> {
             // nothing more; anything else is processed as it is.
             self.expect_rtr = false;
             host.may_transmit();
+            if std::mem::take(&mut self.rtr_send) {
+                // The agreed zero-length Send is the stream's, never the
+                // application's: anything else is not the message agreed.
+                let rtr = matches!(
+                    hdr.kind,
+                    ddp::Kind::Untagged {
+                        qn: ddp::QN_SEND,
+                        msn: 1,
+                        mo: 0,
+                        ..
+                    }
+                ) && hdr.last
+                    && opcode == Some(rdmap::Opcode::Send)
+                    && payload.is_empty();
+                if !rtr {
+                    return Err(Fail::terminate(
+                        Cause::MPA_NO_MATCHING_RTR,
+                        None,
+                        None,
+                        "the first FPDU is not the zero-length Send agreed as ready-to-receive message",
+                    ));
+                }
+                self.msn[ddp::QN_SEND as usize] = 2;
+                return Ok(());
+            }
             if opcode == Some(rdmap::Opcode::Write) && payload.is_empty() {
                 return Ok(());
             }

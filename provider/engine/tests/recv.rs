@@ -31,6 +31,7 @@ fn params(crc: bool) -> Params {
     Params {
         crc,
         expect_rtr: false,
+        rtr_send: false,
         access: ALL,
         extensions: true,
         merge_imm: false,
@@ -655,6 +656,61 @@ fn a_responders_first_fpdu_opens_its_transmit_side() {
     .unwrap();
     assert!(s.may_transmit);
     assert!(s.completed.is_empty());
+}
+
+#[test]
+fn an_agreed_zero_length_send_is_taken_by_the_stream_not_a_receive() {
+    let mut s = sim();
+    post(&mut s, 9, &[(12288, 100)]);
+    let mut peer = Peer::new(true);
+    // The ready-to-receive message takes MSN 1 of queue 0; the application's
+    // first Send is MSN 2 and lands in the first receive.
+    let mut stream = peer.send(&[], 64);
+    stream.extend(peer.send(&pattern(40, 5), 64));
+    let p = Params {
+        expect_rtr: true,
+        rtr_send: true,
+        ..params(true)
+    };
+    run(&mut s, p, &stream).unwrap();
+    assert!(s.may_transmit);
+    assert_eq!(s.bytes(LOC, 12288, 40), &pattern(40, 5)[..]);
+    assert_eq!(
+        s.completed,
+        vec![(
+            9,
+            RecvOutcome::Done(RecvCompletion {
+                byte_len: 40,
+                ..Default::default()
+            })
+        )]
+    );
+}
+
+#[test]
+fn a_first_fpdu_other_than_the_agreed_zero_length_send_is_refused() {
+    let p = Params {
+        expect_rtr: true,
+        rtr_send: true,
+        ..params(true)
+    };
+    for (name, frame) in [
+        (
+            "a zero-length Write",
+            Peer::new(true).tagged(rdmap::Opcode::Write, 0, 0, true, &[]),
+        ),
+        ("a Send with payload", Peer::new(true).send(b"data", 64)),
+        (
+            "a zero-length Send at MSN 2",
+            Peer::new(true).untagged_at(rdmap::Opcode::Send, ddp::QN_SEND, 2, 0, true, 0, &[]),
+        ),
+    ] {
+        let mut s = sim();
+        post(&mut s, 1, &[(12288, 100)]);
+        let f = run(&mut s, p, &frame).expect_err(name);
+        assert_eq!(cause(&f).0, Cause::MPA_NO_MATCHING_RTR, "{name}");
+        assert!(s.completed.is_empty(), "{name}: no receive taken");
+    }
 }
 
 #[test]

@@ -76,6 +76,51 @@ check "MPA revision 1: Reply revision 1 without the block" \
 # zero-length Read Response to the peer's sink STag.
 check "MPA read RTR only: accepted, the zero-length Read answered with a zero-length Read Response" \
     "echo 0 >/sys/module/xiw/parameters/mpa_crc; mpa 2 1 4 4 read-rtr; r=\$?; echo 1 >/sys/module/xiw/parameters/mpa_crc; [ \$r -eq 0 ] && grep -qE '^rev 2 flags 0x10 pd_len 4 ird 0x800[1-9a-f] ord 0x400[0-4]\$' /tmp/client && grep -qx 'response opcode 2 stag 0x5a5a01 last 1 len 14' /tmp/client"
+# A peer whose ready-to-receive message is a zero-length Send: the Reply
+# names the Send (in the IRD word), the Send is the stream's (rping's
+# receive, which expects its peer's buffer description, never sees it), and
+# the Read behind it is answered.
+check "MPA send RTR only: accepted, the zero-length Send taken by the stream, the Read behind it answered" \
+    "echo 0 >/sys/module/xiw/parameters/mpa_crc; mpa 2 1 4 4 send-rtr; r=\$?; echo 1 >/sys/module/xiw/parameters/mpa_crc; [ \$r -eq 0 ] && grep -qE '^rev 2 flags 0x10 pd_len 4 ird 0xc00[1-9a-f] ord 0x000[0-4]\$' /tmp/client && grep -qx 'response opcode 2 stag 0x5a5a01 last 1 len 14' /tmp/client && ! grep -qi 'bogus' /tmp/server"
+
+# A process killed with SIGKILL in the middle of a transfer: the other one's
+# requests fail or flush and it ends by itself; the dead process's kernel
+# objects go, and the kernel logs no warning.
+# kill9 SERVER CLIENT PORT VICTIM: starts both, kills VICTIM (server or
+# client) after 3 s; true if the other ends within 30 s.
+kill9() {
+    eval "exec $1" >/tmp/server 2>&1 &
+    s=$!
+    wait_listen "$3"
+    eval "exec $2" >/tmp/client 2>&1 &
+    c=$!
+    sleep 3
+    if [ "$4" = server ]; then v=$s; o=$c; else v=$c; o=$s; fi
+    kill -9 $v
+    n=0
+    while kill -0 $o 2>/dev/null && [ $n -lt 300 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    alive=0
+    kill -0 $o 2>/dev/null && alive=1
+    kill -9 $s $c 2>/dev/null
+    wait $s $c 2>/dev/null
+    echo "--- server"; tail -3 /tmp/server; echo "--- client"; tail -3 /tmp/client
+    echo "--- the survivor ended after $n tenths of a second"
+    [ $alive -eq 0 ]
+}
+dmesg -c >/dev/null
+check "ib_write_bw -R: the target killed mid-transfer, the writer exits by itself" \
+    "kill9 'ib_write_bw -d xiw0 -R -p 7310 -s 65536 -D 30 -F' 'ib_write_bw -d xiw0 -R -p 7310 -s 65536 -D 30 -F 10.77.0.1' 7310 server"
+check "rping: the client killed mid-run, the server exits" \
+    "kill9 'rping -s -a 10.77.0.1 -p 7311 -S 4096' 'rping -c -a 10.77.0.1 -p 7311 -S 4096' 7311 client"
+check "rping: the server killed mid-run, the client exits" \
+    "kill9 'rping -s -a 10.77.0.1 -p 7312 -S 4096' 'rping -c -a 10.77.0.1 -p 7312 -S 4096' 7312 server"
+sleep 1
+check "the killed processes' kernel objects are gone" \
+    "! rdma resource show qp link xiw0/1 | grep -q lqpn && ! rdma resource show cq dev xiw0 | grep -q cqn && ! rdma resource show pd dev xiw0 | grep -q pdn && ! rdma resource show mr dev xiw0 | grep -q mrn"
+check "no kernel warning" "dmesg >/tmp/dmesg; cat /tmp/dmesg | tail -5; ! grep -qiE 'WARNING|BUG|Oops|refcount|leak|hung' /tmp/dmesg"
 
 check "no rdma_cm connection left" "! rdma resource show cm_id 2>/dev/null | grep -q 'state CONNECT\|ESTABLISHED'"
 check "rdma link delete xiw0" "rdma link delete xiw0"

@@ -32,6 +32,7 @@ fuzz_target!(|data: &[u8]| {
     let p = Params {
         crc: cfg & 4 != 0,
         expect_rtr: cfg & 8 != 0,
+        rtr_send: cfg & 128 != 0,
         access: qp_access,
         extensions: cfg & 16 != 0,
         merge_imm: cfg & 32 != 0,
