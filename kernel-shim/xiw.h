@@ -59,6 +59,10 @@ struct xiw_ucontext {
 	void *events;
 	struct rdma_user_mmap_entry *ev_entry;
 	struct ida ev_ida;
+	/* The rings the provider asked for (XIW_METHOD_RING_ALLOC). */
+	struct mutex rings_lock;
+	struct list_head rings;
+	u32 nr_rings;
 };
 
 /* Where a stream's socket callbacks mark its events. */
@@ -127,6 +131,9 @@ void xiw_mmap_free(struct rdma_user_mmap_entry *rdma);
 int xiw_events_slot_get(struct xiw_ucontext *uctx);
 void xiw_events_slot_put(struct xiw_ucontext *uctx, int slot);
 void xiw_events_note_cm(struct xiw_ucontext *uctx);
+void xiw_rings_init(struct xiw_ucontext *uctx);
+void xiw_rings_free(struct xiw_ucontext *uctx);
+extern const struct uapi_definition xiw_ring_uapi_defs[];
 void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits);
 void xiw_stream_ev_init(struct xiw_stream_ev *ev);
 void xiw_stream_ev_stop(struct xiw_stream_ev *ev);

@@ -12,6 +12,10 @@
 #include <linux/vmalloc.h>
 #include <linux/mm.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/uverbs_ioctl.h>
+
+#define UVERBS_MODULE_NAME xiw_ib
+#include <rdma/uverbs_named_ioctl.h>
 
 #include "xiw.h"
 
@@ -23,7 +27,13 @@ MODULE_PARM_DESC(event_delay_us,
 struct xiw_mmap_entry {
 	struct rdma_user_mmap_entry rdma;
 	void *addr;
+	/* A ring: on its context's list, its bytes counted in xiw_ring_bytes. */
+	struct list_head ring;
+	size_t ring_len;
 };
+
+/* The rings of every context, at most a quarter of the memory. */
+static atomic64_t xiw_ring_bytes = ATOMIC64_INIT(0);
 
 static struct xiw_events_header *xiw_events_hdr(struct xiw_ucontext *uctx)
 {
@@ -100,8 +110,147 @@ void xiw_mmap_free(struct rdma_user_mmap_entry *rdma)
 	struct xiw_mmap_entry *e = container_of(rdma, struct xiw_mmap_entry, rdma);
 
 	vfree(e->addr);
+	atomic64_sub(e->ring_len, &xiw_ring_bytes);
 	kfree(e);
 }
+
+void xiw_rings_init(struct xiw_ucontext *uctx)
+{
+	mutex_init(&uctx->rings_lock);
+	INIT_LIST_HEAD(&uctx->rings);
+	uctx->nr_rings = 0;
+}
+
+/* The context goes: so do its rings (once no mapping holds them). */
+void xiw_rings_free(struct xiw_ucontext *uctx)
+{
+	struct xiw_mmap_entry *e, *next;
+
+	mutex_lock(&uctx->rings_lock);
+	list_for_each_entry_safe(e, next, &uctx->rings, ring) {
+		list_del(&e->ring);
+		rdma_user_mmap_entry_remove(&e->rdma);
+	}
+	uctx->nr_rings = 0;
+	mutex_unlock(&uctx->rings_lock);
+	mutex_destroy(&uctx->rings_lock);
+}
+
+/*
+ * Zeroed memory for a ring of the context's provider, mapped by it from the
+ * command fd at the offset returned. Bounded per context and in all.
+ */
+static int UVERBS_HANDLER(XIW_METHOD_RING_ALLOC)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_ucontext *ibuctx = ib_uverbs_get_ucontext(attrs);
+	struct xiw_ucontext *uctx;
+	struct xiw_mmap_entry *e;
+	u64 len, off;
+	int rv;
+
+	if (IS_ERR(ibuctx))
+		return PTR_ERR(ibuctx);
+	uctx = container_of(ibuctx, struct xiw_ucontext, base);
+	rv = uverbs_get_const(&len, attrs, XIW_ATTR_RING_LEN);
+	if (rv)
+		return rv;
+	if (!len || len > XIW_RING_MAX_BYTES)
+		return -EINVAL;
+	len = PAGE_ALIGN(len);
+	if (atomic64_add_return(len, &xiw_ring_bytes) >
+	    (s64)(totalram_pages() << PAGE_SHIFT) / 4) {
+		atomic64_sub(len, &xiw_ring_bytes);
+		return -ENOMEM;
+	}
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e)
+		goto nomem;
+	e->ring_len = len;
+	e->addr = vmalloc_user(len);
+	if (!e->addr)
+		goto nomem_e;
+	mutex_lock(&uctx->rings_lock);
+	rv = -ENOMEM;
+	if (uctx->nr_rings >= XIW_RINGS_PER_CONTEXT)
+		goto unlock;
+	rv = rdma_user_mmap_entry_insert(&uctx->base, &e->rdma, len);
+	if (rv)
+		goto unlock;
+	list_add(&e->ring, &uctx->rings);
+	uctx->nr_rings++;
+	off = rdma_user_mmap_get_offset(&e->rdma);
+	rv = uverbs_copy_to(attrs, XIW_ATTR_RING_OFFSET, &off, sizeof(off));
+	if (rv) {
+		list_del(&e->ring);
+		uctx->nr_rings--;
+		/* Frees it (and uncounts it) through xiw_mmap_free. */
+		rdma_user_mmap_entry_remove(&e->rdma);
+	}
+	mutex_unlock(&uctx->rings_lock);
+	return rv;
+unlock:
+	mutex_unlock(&uctx->rings_lock);
+	vfree(e->addr);
+	kfree(e);
+	atomic64_sub(len, &xiw_ring_bytes);
+	return rv;
+nomem_e:
+	kfree(e);
+nomem:
+	atomic64_sub(len, &xiw_ring_bytes);
+	return -ENOMEM;
+}
+
+/* The provider is done with a ring of its context (named by its offset). */
+static int UVERBS_HANDLER(XIW_METHOD_RING_FREE)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_ucontext *ibuctx = ib_uverbs_get_ucontext(attrs);
+	struct xiw_mmap_entry *e, *found = NULL;
+	struct xiw_ucontext *uctx;
+	u64 off;
+	int rv;
+
+	if (IS_ERR(ibuctx))
+		return PTR_ERR(ibuctx);
+	uctx = container_of(ibuctx, struct xiw_ucontext, base);
+	rv = uverbs_get_const(&off, attrs, XIW_ATTR_RING_OFFSET);
+	if (rv)
+		return rv;
+	mutex_lock(&uctx->rings_lock);
+	list_for_each_entry(e, &uctx->rings, ring) {
+		if (rdma_user_mmap_get_offset(&e->rdma) == off) {
+			found = e;
+			break;
+		}
+	}
+	if (found) {
+		list_del(&found->ring);
+		uctx->nr_rings--;
+		rdma_user_mmap_entry_remove(&found->rdma);
+	}
+	mutex_unlock(&uctx->rings_lock);
+	return found ? 0 : -ENOENT;
+}
+
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_RING_ALLOC,
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_RING_LEN, u64,
+						 UA_MANDATORY),
+			    UVERBS_ATTR_PTR_OUT(XIW_ATTR_RING_OFFSET,
+						UVERBS_ATTR_TYPE(u64),
+						UA_MANDATORY));
+
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_RING_FREE,
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_RING_OFFSET, u64,
+						 UA_MANDATORY));
+
+ADD_UVERBS_METHODS(xiw_ring_methods, UVERBS_OBJECT_DEVICE,
+		   &UVERBS_METHOD(XIW_METHOD_RING_ALLOC),
+		   &UVERBS_METHOD(XIW_METHOD_RING_FREE));
+
+const struct uapi_definition xiw_ring_uapi_defs[] = {
+	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_DEVICE, &xiw_ring_methods),
+	{},
+};
 
 /* A slot for a new QP, clean; -1 if the context has no events page. */
 int xiw_events_slot_get(struct xiw_ucontext *uctx)

@@ -142,6 +142,7 @@ static int xiw_alloc_ucontext(struct ib_ucontext *ibuctx, struct ib_udata *udata
 		return -EFAULT;
 	spin_lock_init(&uctx->lock);
 	ida_init(&uctx->ev_ida);
+	xiw_rings_init(uctx);
 	INIT_LIST_HEAD(&uctx->ready);
 	INIT_LIST_HEAD(&uctx->taken);
 	if (req.cm_eventfd >= 0) {
@@ -187,6 +188,7 @@ static void xiw_dealloc_ucontext(struct ib_ucontext *ibuctx)
 	struct xiw_device *xdev = to_xdev(ibuctx->device);
 
 	xiw_cm_uctx_gone(uctx);
+	xiw_rings_free(uctx);
 	xiw_events_free(uctx);
 	if (uctx->cm_ev)
 		eventfd_ctx_put(uctx->cm_ev);

@@ -109,11 +109,30 @@ struct xiw_alloc_ucontext_req {
  */
 enum xiw_uverbs_device_methods {
 	XIW_METHOD_TAKE_STREAM = XIW_UVERBS_DRIVER_NS,
+	XIW_METHOD_RING_ALLOC,
+	XIW_METHOD_RING_FREE,
 };
 
 enum xiw_uverbs_take_stream_attrs {
 	XIW_ATTR_TAKE_STREAM_RESP = XIW_UVERBS_DRIVER_NS,
 };
+
+/*
+ * RING_ALLOC, on the caller's own context: zeroed memory of the module's for
+ * one of the context's rings (send, receive, SRQ or completion queue, laid
+ * out as the ring section below), of LEN bytes (at most
+ * XIW_RING_MAX_BYTES); OFFSET says where the provider maps it on the command
+ * fd (mmap, MAP_SHARED). RING_FREE gives it back (the memory goes once the
+ * provider's mapping is gone); the context's rings go with the context.
+ */
+enum xiw_uverbs_ring_attrs {
+	XIW_ATTR_RING_LEN = XIW_UVERBS_DRIVER_NS,
+	XIW_ATTR_RING_OFFSET,
+};
+
+#define XIW_RING_MAX_BYTES	(1u << 27)
+/* Rings a context holds at most: two per QP, one per CQ and SRQ. */
+#define XIW_RINGS_PER_CONTEXT	(4u * XIW_MAX_QP)
 
 /* The ready-to-receive message agreed (RFC 6581). */
 #define XIW_RTR_NONE	0u

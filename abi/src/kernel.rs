@@ -257,6 +257,27 @@ pub const OBJECT_DEVICE: u16 = 0;
 /// (`struct xiw_stream` out); EAGAIN if none waits.
 pub const METHOD_TAKE_STREAM: u16 = DRIVER_NS;
 pub const ATTR_TAKE_STREAM_RESP: u16 = DRIVER_NS;
+/// Memory of the module's for one ring of the context (`ATTR_RING_LEN`
+/// bytes in, `ATTR_RING_OFFSET` out: where to map it on the command fd).
+pub const METHOD_RING_ALLOC: u16 = DRIVER_NS + 1;
+/// Gives a ring back (`ATTR_RING_OFFSET` in).
+pub const METHOD_RING_FREE: u16 = DRIVER_NS + 2;
+pub const ATTR_RING_LEN: u16 = DRIVER_NS;
+pub const ATTR_RING_OFFSET: u16 = DRIVER_NS + 1;
+/// The largest ring the module makes.
+pub const RING_MAX_BYTES: u64 = 1 << 27;
+/// The rings a context holds at most.
+pub const RINGS_PER_CONTEXT: u32 = 4 * crate::limits::MAX_QP;
+
+// Every ring the provider makes fits: the largest CQ, and the largest send
+// queue (the widest stride: every SGE, or the inline data).
+const _: () = {
+    use crate::ring::{ring_bytes, send_stride, Cqe};
+    let cq_entries = (crate::limits::MAX_CQE + 1).next_power_of_two();
+    assert!(ring_bytes(cq_entries, size_of::<Cqe>() as u32) as u64 <= RING_MAX_BYTES);
+    let sq = send_stride(crate::limits::MAX_SGE, crate::limits::MAX_INLINE);
+    assert!(ring_bytes(crate::limits::MAX_QP_WR, sq) as u64 <= RING_MAX_BYTES);
+};
 
 /// `struct xiw_stream`: a connection the module hands over.
 #[repr(C)]

@@ -35,11 +35,13 @@ pub struct Cq {
     /// completion channel the module signals when a completion lands on the
     /// armed CQ.
     kernel: OnceLock<(Kernel, u32)>,
+    /// Kernel mode: the context's command fd, whose module gives the rings.
+    rings: Option<Kernel>,
 }
 
 impl Cq {
-    pub fn new(id: u32, cqe: u32) -> std::io::Result<Cq> {
-        let ring = Box::new(Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, id)?);
+    pub fn new(id: u32, cqe: u32, rings: Option<Kernel>) -> std::io::Result<Cq> {
+        let ring = Box::new(Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, id, rings)?);
         Ok(Cq {
             id,
             ring: AtomicPtr::new(Box::into_raw(ring)),
@@ -49,6 +51,7 @@ impl Cq {
             qps: Mutex::new(Vec::new()),
             next_assist: AtomicUsize::new(0),
             kernel: OnceLock::new(),
+            rings,
         })
     }
 
@@ -84,7 +87,7 @@ impl Cq {
             return Err(libc::EINVAL);
         }
         let new = Box::new(
-            Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, self.id)
+            Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, self.id, self.rings)
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
         );
         let c = old.consumer();

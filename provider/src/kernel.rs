@@ -281,6 +281,35 @@ impl Kernel {
         Ok(out)
     }
 
+    /// Memory of the module's for a ring of `len` bytes: where it is mapped
+    /// from the command fd.
+    pub fn ring_alloc(&self, len: u64) -> Result<u64, i32> {
+        let mut offset = 0u64;
+        self.method(
+            OBJECT_DEVICE,
+            METHOD_RING_ALLOC,
+            &[
+                mandatory(ATTR_RING_LEN, 8, len),
+                mandatory(ATTR_RING_OFFSET, 8, &mut offset as *mut u64 as u64),
+            ],
+        )?;
+        Ok(offset)
+    }
+
+    /// Gives back the ring at `offset` (its memory goes with the last mapping).
+    pub fn ring_free(&self, offset: u64) -> Result<(), i32> {
+        self.method(
+            OBJECT_DEVICE,
+            METHOD_RING_FREE,
+            &[mandatory(ATTR_RING_OFFSET, 8, offset)],
+        )
+    }
+
+    /// The command fd, which the module's memory is mapped from.
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+
     /// Raises `event` (an `ibv_event_type`) on the kernel's `object`, so it
     /// reaches the application's async event fd.
     pub fn raise_event(&self, object: EventObject, handle: u32, event: u32) -> Result<(), i32> {

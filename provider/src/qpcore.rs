@@ -114,6 +114,7 @@ impl QpCore {
             caps.max_send_wr.max(1),
             ring::send_stride(caps.max_send_sge, caps.max_inline),
             qpn,
+            sh.kernel,
         )?;
         let rq = match srq {
             Some(_) => None,
@@ -122,6 +123,7 @@ impl QpCore {
                 caps.max_recv_wr.max(1),
                 ring::recv_stride(caps.max_recv_sge),
                 qpn,
+                sh.kernel,
             )?),
         };
         std::mem::forget(guard);

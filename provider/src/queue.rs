@@ -1,6 +1,7 @@
-//! A ring of [`xiw_abi::ring`] in its own anonymous mapping.
-//!
-//! The mapping is what a kernel shim would share; here both sides are in-process.
+//! A ring of [`xiw_abi::ring`] in its own mapping: memory of the xiw
+//! module's in kernel mode (`XIW_METHOD_RING_ALLOC`, mapped from the
+//! context's command fd, given back with the ring), anonymous memory in
+//! standalone mode.
 //! Slot access follows the index protocol in `xiw_abi::ring`: only the producer
 //! writes a slot between `consumer` and `producer + entries`, only the consumer
 //! reads a slot between `consumer` and `producer`.
@@ -8,8 +9,10 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
-use memmap2::MmapMut;
+use memmap2::{MmapMut, MmapOptions};
 use xiw_abi::ring::*;
+
+use crate::kernel::Kernel;
 
 pub use xiw_abi::limits::MAX_SGE;
 
@@ -17,6 +20,8 @@ pub struct Ring {
     map: MmapMut,
     pub entries: u32,
     pub stride: u32,
+    /// Kernel mode: the module's memory it lives in, by its offset.
+    kernel: Option<(Kernel, u64)>,
 }
 
 // SAFETY: all shared state in the mapping is reached through atomics or through
@@ -25,12 +30,38 @@ unsafe impl Sync for Ring {}
 unsafe impl Send for Ring {}
 
 impl Ring {
-    pub fn new(kind: u32, min_entries: u32, stride: u32, owner_id: u32) -> io::Result<Ring> {
+    /// A ring for at least `min_entries` slots of `stride` bytes, in the
+    /// module's memory when `kernel` is given.
+    pub fn new(
+        kind: u32,
+        min_entries: u32,
+        stride: u32,
+        owner_id: u32,
+        kernel: Option<Kernel>,
+    ) -> io::Result<Ring> {
         let entries = min_entries
             .max(1)
             .checked_next_power_of_two()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let mut map = MmapMut::map_anon(ring_bytes(entries, stride))?;
+        let len = ring_bytes(entries, stride);
+        let (mut map, kernel) = match kernel {
+            None => (MmapMut::map_anon(len)?, None),
+            Some(k) => {
+                let off = k
+                    .ring_alloc(len as u64)
+                    .map_err(io::Error::from_raw_os_error)?;
+                // SAFETY: a shared mapping of the memory the module just made
+                // for this ring (zeroed, `len` bytes rounded up to pages), which
+                // nothing else maps; it stays until the mapping is dropped.
+                match unsafe { MmapOptions::new().offset(off).len(len).map_mut(k.fd()) } {
+                    Ok(m) => (m, Some((k, off))),
+                    Err(e) => {
+                        let _ = k.ring_free(off);
+                        return Err(e);
+                    }
+                }
+            }
+        };
         let hdr = map.as_mut_ptr() as *mut RingHeader;
         // SAFETY: the mapping is page aligned and at least RING_SLOTS_OFFSET bytes long;
         // it is fresh (zeroed), so writing the plain fields races with nobody.
@@ -46,6 +77,7 @@ impl Ring {
             map,
             entries,
             stride,
+            kernel,
         })
     }
 
@@ -104,6 +136,15 @@ impl Ring {
     pub unsafe fn write<T: Copy>(&self, index: u32, at: usize, v: T) {
         // SAFETY: per the function contract.
         unsafe { std::ptr::write_unaligned(self.slot(index).add(at) as *mut T, v) }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // The module's memory goes once the mapping (dropped next) is gone.
+        if let Some((k, off)) = self.kernel {
+            let _ = k.ring_free(off);
+        }
     }
 }
 

@@ -19,12 +19,18 @@ pub struct Srq {
 }
 
 impl Srq {
-    pub fn new(id: u32, pd: u32, max_wr: u32, max_sge: u32) -> std::io::Result<Srq> {
+    pub fn new(
+        id: u32,
+        pd: u32,
+        max_wr: u32,
+        max_sge: u32,
+        kernel: Option<crate::kernel::Kernel>,
+    ) -> std::io::Result<Srq> {
         Ok(Srq {
             id,
             pd,
             max_sge,
-            ring: Ring::new(RING_KIND_SRQ, max_wr, recv_stride(max_sge), id)?,
+            ring: Ring::new(RING_KIND_SRQ, max_wr, recv_stride(max_sge), id, kernel)?,
             post: Mutex::new(()),
             take: Mutex::new(()),
             limit: AtomicU32::new(0),

@@ -28,8 +28,9 @@ pub(super) fn new_cq(
         return Err(libc::EOPNOTSUPP);
     }
     let id = sh.next_id();
-    let cq =
-        Arc::new(Cq::new(id, cqe as u32).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?);
+    let cq = Arc::new(
+        Cq::new(id, cqe as u32, sh.kernel).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
+    );
     // SAFETY: ibv_cq_ex is plain data (pointers, integers, pthread objects, function
     // pointers); all-zero is a valid starting value.
     let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };

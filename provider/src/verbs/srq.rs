@@ -17,8 +17,10 @@ pub(super) fn new_srq(
         return Err(libc::EINVAL);
     }
     let id = sh.next_id();
-    let srq =
-        Arc::new(Srq::new(id, p.id, attr.max_wr, attr.max_sge.max(1)).map_err(|_| libc::ENOMEM)?);
+    let srq = Arc::new(
+        Srq::new(id, p.id, attr.max_wr, attr.max_sge.max(1), sh.kernel)
+            .map_err(|_| libc::ENOMEM)?,
+    );
     srq.limit.store(attr.srq_limit, Ordering::Release);
     attr.max_wr = srq.capacity();
     attr.max_sge = srq.max_sge;

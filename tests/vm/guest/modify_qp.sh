@@ -37,6 +37,11 @@ check "rdma resource show: its CQ and PD" \
     "grep -qE '^dev xiw0 cqn .*comm ibv_rc_pingpong' /tmp/cqs && grep -qE '^dev xiw0 pdn .*comm ibv_rc_pingpong' /tmp/pds"
 check "rdma resource show: its MR" \
     "grep -qE '^dev xiw0 mrn [0-9]+ .*comm ibv_rc_pingpong' /tmp/mrs"
+# Its rings (the CQ's, the QP's send and receive queues) and the events page
+# are the module's memory, mapped from the device's command fd.
+grep uverbs /proc/$lone/maps
+check "its CQ, send and receive rings and events page are mapped from the device" \
+    "[ \$(grep -c '/dev/infiniband/uverbs' /proc/$lone/maps) -eq 4 ]"
 kill -9 $lone
 wait $lone 2>/dev/null
 sleep 1
