@@ -348,9 +348,17 @@ void xiw_stream_ev_init(struct xiw_stream_ev *ev)
 	ev->timer.function = xiw_stream_timer;
 }
 
-/* The stream's events stop; the caller has taken the callbacks away. */
+/*
+ * The stream's events stop; the caller has taken the callbacks away. A
+ * delayed wake-up that was due (the stream's end marked, say) is made now:
+ * nothing else would wake the provider for those marks.
+ */
 void xiw_stream_ev_stop(struct xiw_stream_ev *ev)
 {
-	hrtimer_cancel(&ev->timer);
+	struct xiw_ucontext *uctx = ev->uctx;
+
+	if (hrtimer_cancel(&ev->timer) && uctx &&
+	    READ_ONCE(xiw_events_slot(uctx, ev->slot)->events))
+		xiw_events_wake(uctx);
 	WRITE_ONCE(ev->uctx, NULL);
 }

@@ -24,7 +24,8 @@ pub trait Endpoint: Send + Sync {
     /// An event on the connection socket, before the stream is established.
     fn on_connection(&self, writable: bool);
     /// An event on the established stream.
-    fn on_stream(&self, readable: bool, writable: bool);
+    /// `closed`: its end may have come (read to the end of what it has).
+    fn on_stream(&self, readable: bool, writable: bool, closed: bool);
     /// Runs the QP's timers (connection deadline and retries, linger); false
     /// once it has none left.
     fn tick(&self, now: Instant) -> bool;
@@ -423,8 +424,9 @@ impl Shared {
             ev.hint(s, xiw_abi::events::HINT_PROGRESS);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 qp.on_stream(
-                    bits & (xiw_abi::events::EV_DATA | xiw_abi::events::EV_CLOSED) != 0,
+                    bits & xiw_abi::events::EV_DATA != 0,
                     bits & xiw_abi::events::EV_WRITABLE != 0,
+                    bits & xiw_abi::events::EV_CLOSED != 0,
                 )
             }));
             if r.is_err() {

@@ -134,9 +134,11 @@ fn dispatch(sh: &Shared, tok: u64, bits: u32) {
     let any = |b: i32| bits & b as u32 != 0;
     match tok & 0xff {
         KIND_CM => qp.on_connection(any(libc::EPOLLOUT | libc::EPOLLERR | libc::EPOLLHUP)),
+        // Level-triggered: an end not yet read is reported again.
         KIND_DATA => qp.on_stream(
             any(libc::EPOLLIN | libc::EPOLLERR | libc::EPOLLHUP),
             any(libc::EPOLLOUT),
+            false,
         ),
         _ => {}
     }

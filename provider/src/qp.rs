@@ -260,15 +260,24 @@ impl Qp {
                 return;
             }
             ev.hint(slot, xiw_abi::events::HINT_APP);
-            if bits & xiw_abi::events::EV_WRITABLE != 0 && self.tx_blocked.load(Ordering::Acquire) {
+            // Room to send again: transmit, whether or not the transmitting
+            // thread has yet noted that it was blocked (the room may have come
+            // between its full write and that note, and no mark follows).
+            if bits & xiw_abi::events::EV_WRITABLE != 0 {
                 self.kick();
             }
             // Taken from the slot, so read here, waiting for a thread that
             // reads already: it may have found the socket empty just before.
-            if bits & (xiw_abi::events::EV_DATA | xiw_abi::events::EV_CLOSED) != 0 {
-                if let Err(f) = rx::on_readable(&self.core, &self.rx, &self.tx) {
-                    self.fail_with(f);
-                }
+            // The stream's end, if marked, is read to (no mark follows it).
+            let r = if bits & xiw_abi::events::EV_CLOSED != 0 {
+                rx::on_closed(&self.core, &self.rx, &self.tx)
+            } else if bits & xiw_abi::events::EV_DATA != 0 {
+                rx::on_readable(&self.core, &self.rx, &self.tx)
+            } else {
+                Ok(())
+            };
+            if let Err(f) = r {
+                self.fail_with(f);
             }
             return;
         }
@@ -464,11 +473,16 @@ impl Endpoint for Qp {
         }
     }
 
-    fn on_stream(&self, readable: bool, writable: bool) {
-        if readable {
-            if let Err(f) = rx::on_readable(&self.core, &self.rx, &self.tx) {
-                return self.fail_with(f);
-            }
+    fn on_stream(&self, readable: bool, writable: bool, closed: bool) {
+        let r = if closed {
+            rx::on_closed(&self.core, &self.rx, &self.tx)
+        } else if readable {
+            rx::on_readable(&self.core, &self.rx, &self.tx)
+        } else {
+            Ok(())
+        };
+        if let Err(f) = r {
+            return self.fail_with(f);
         }
         if writable {
             self.kick();
@@ -518,7 +532,13 @@ impl Endpoint for Qp {
             // A connected iWARP QP takes remote Reads and Writes, as the
             // connection manager's QP attributes say (librdmacm gives the
             // active side's QP none before it connects, and no more after).
+            // With RFC 7306 it takes atomics too where it answers Reads (IRD
+            // above 0), as InfiniBand's connection manager grants them with
+            // responder resources; the MR's own rights still decide.
             a.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+            if self.sh.cfg.extensions && s.ird > 0 {
+                a.qp_access_flags |= IBV_ACCESS_REMOTE_ATOMIC;
+            }
         }
         // The module marks this stream's events in the QP's slot, if it has one.
         self.evented
@@ -545,7 +565,7 @@ impl Endpoint for Qp {
         // a CQ may have taken those marks before the stream was attached or
         // the QP in RTS, when there was nothing to read them for: what came
         // before now is read here, what comes later is marked anew.
-        self.on_stream(true, false);
+        self.on_stream(true, false, true);
     }
 
     fn apply_deferred(&self) {

@@ -80,19 +80,35 @@ impl Rx {
 /// The buffer starts small and grows (up to `RX_BUF_MAX`) only while the stream
 /// keeps it full or an FPDU needs the room, so an idle QP holds little memory.
 pub fn on_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
-    read_stream(qp, rx.lock().unwrap_or_else(|e| e.into_inner()), tx)
+    read_stream(qp, rx.lock().unwrap_or_else(|e| e.into_inner()), tx, false)
+}
+
+/// As [`on_readable`], for a stream whose end may have come (kernel mode:
+/// the module marked its state change): reads until the socket says it has
+/// nothing more, so that an end behind the last bytes is not missed (no
+/// further mark would come for it).
+pub fn on_closed(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
+    read_stream(qp, rx.lock().unwrap_or_else(|e| e.into_inner()), tx, true)
 }
 
 /// As [`on_readable`], unless another thread is receiving on this QP already.
 pub fn poll_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
     match rx.try_lock() {
-        Ok(rx) => read_stream(qp, rx, tx),
+        Ok(rx) => read_stream(qp, rx, tx, false),
         Err(TryLockError::WouldBlock) => Ok(()),
-        Err(TryLockError::Poisoned(p)) => read_stream(qp, p.into_inner(), tx),
+        Err(TryLockError::Poisoned(p)) => read_stream(qp, p.into_inner(), tx, false),
     }
 }
 
-fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(), Fail> {
+/// Reads and processes what the stream has. A read that fills less than it
+/// asked for ends the pass (the socket is empty), unless `to_end`: then only
+/// a read that finds nothing, the end or an error does.
+fn read_stream(
+    qp: &QpCore,
+    mut rx: MutexGuard<'_, Rx>,
+    tx: &TxCell,
+    to_end: bool,
+) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
     loop {
         if let Some((span, allowed)) = rx.engine.direct() {
@@ -127,7 +143,7 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
                 }
             }
             rx.active = true;
-            if (n as usize) < want {
+            if (n as usize) < want && !to_end {
                 return Ok(());
             }
             continue;
@@ -163,7 +179,7 @@ fn read_stream(qp: &QpCore, mut rx: MutexGuard<'_, Rx>, tx: &TxCell) -> Result<(
             rx.fd = None;
             return Err(f);
         }
-        if (n as usize) < room {
+        if (n as usize) < room && !to_end {
             return Ok(());
         }
     }
