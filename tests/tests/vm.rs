@@ -153,16 +153,19 @@ fn modify_qp_programs_and_completion_channels_in_the_guest() {
 
 /// rdma_cm in kernel mode: the module's connection manager (TCP and the MPA
 /// exchange, the socket handed to the provider) under unmodified programs:
-/// `rping -v -C 1000`, `ucmatose` with 4 connections, rsockets' `rstream`
-/// and `riostream` with data verified, perftest `-R` (write and read
-/// latency, send and write bandwidth); MPA Replies to a hand-written
-/// initiator (`tests/c/xiw_mpa_peer.c`) of revision 1 and 2, with and
-/// without RFC 6581, IRD 0, and refused offers; no connection left behind,
-/// and the device and module removed after.
+/// `rping -v -C 1000`, `ucmatose` with 4 connections, rsockets' `rstream`,
+/// `riostream` and `rcopy` with data verified, a plain TCP program under
+/// `LD_PRELOAD=librspreload.so` (`tests/c/xiw_tcp_echo.c`), perftest `-R`
+/// (write and read latency, send and write bandwidth, atomics, and with
+/// completion events); MPA Replies to a hand-written initiator
+/// (`tests/c/xiw_mpa_peer.c`) of revision 1 and 2, with and without RFC
+/// 6581, IRD 0, and each ready-to-receive message; processes killed in the
+/// middle of transfers; no connection left behind, and the device and
+/// module removed after.
 #[test]
 fn rdma_cm_programs_in_the_guest() {
     let _g = serial();
-    guest("rdma_cm.sh", &["xiw_mpa_peer"]);
+    guest("rdma_cm.sh", &["xiw_mpa_peer", "xiw_tcp_echo"]);
 }
 
 /// Wire interop with Linux's own siw (built from the kernel's source, which

@@ -6,8 +6,9 @@
 # number of failures.
 # needs: /usr/bin/rping /usr/bin/ucmatose /usr/bin/rstream /usr/bin/riostream
 # needs: /usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_send_bw /usr/bin/ib_write_bw
-# needs: /usr/bin/ib_send_lat /usr/bin/strace
-# Runs tests/c/xiw_mpa_peer.c (given to run.sh).
+# needs: /usr/bin/ib_send_lat /usr/bin/ib_atomic_lat /usr/bin/strace /usr/bin/rcopy /usr/bin/cmp
+# needs: /usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+# Runs tests/c/xiw_mpa_peer.c and tests/c/xiw_tcp_echo.c (given to run.sh).
 . /lib.sh
 
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
@@ -45,6 +46,45 @@ check "ib_send_bw -R 64 KiB" \
     "perftest_pair 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F' 'ib_send_bw -d xiw0 -R -p 18603 -s 65536 -n 200 -F 10.77.0.1' 18603; perftest_ok 65536 200"
 check "ib_write_bw -R 1 MiB" \
     "perftest_pair 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F' 'ib_write_bw -d xiw0 -R -p 18604 -s 1048576 -n 50 -F 10.77.0.1' 18604 && perftest_ok 1048576 50"
+check "ib_atomic_lat -R, fetch and add" \
+    "perftest_pair 'ib_atomic_lat -d xiw0 -R -p 18605 -n 500 -F' 'ib_atomic_lat -d xiw0 -R -p 18605 -n 500 -F 10.77.0.1' 18605 && perftest_ok 8 500"
+check "ib_atomic_lat -R, compare and swap" \
+    "perftest_pair 'ib_atomic_lat -d xiw0 -R -p 18606 -n 500 -A CMP_AND_SWAP -F' 'ib_atomic_lat -d xiw0 -R -p 18606 -n 500 -A CMP_AND_SWAP -F 10.77.0.1' 18606 && perftest_ok 8 500"
+check "ib_send_lat -R with completion events (-e)" \
+    "perftest_pair 'ib_send_lat -d xiw0 -R -e -p 18607 -s 2 -n 500 -F' 'ib_send_lat -d xiw0 -R -e -p 18607 -s 2 -n 500 -F 10.77.0.1' 18607 && perftest_ok 2 500"
+# (ib_send_bw -e is not run: perftest's bandwidth loop waits for an event
+# per pass even when completion moderation leaves none due, and hangs now
+# and then on any device; seen with Linux's siw too, 1 run in 8.)
+
+# rsockets: rcopy (a server that stays), and a plain TCP program, with
+# nothing of RDMA in it, under LD_PRELOAD=librspreload.so: its stream goes
+# over an xiw QP (the QP is listed under the program's name meanwhile).
+head -c 3000000 /dev/urandom >/tmp/rcopy.src
+check "rcopy, a 3 MB file copied byte for byte" \
+    "rcopy -p 7320 >/tmp/server 2>&1 & s=\$!; wait_listen 7320;
+     timeout 60 rcopy /tmp/rcopy.src 10.77.0.1:/tmp/rcopy.dst -p 7320 >/tmp/client 2>&1; c=\$?;
+     sleep 1; kill \$s; wait \$s; cat /tmp/client; [ \$c -eq 0 ] && cmp /tmp/rcopy.src /tmp/rcopy.dst"
+rsp=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+preload_echo() {
+    LD_PRELOAD=$rsp xiw_tcp_echo server 7321 >/tmp/server 2>&1 &
+    s=$!
+    wait_listen 7321
+    LD_PRELOAD=$rsp timeout 120 xiw_tcp_echo client 10.77.0.1 7321 16777216 >/tmp/client 2>&1 &
+    c=$!
+    n=0
+    while ! grep -q 'echoed and checked' /tmp/client && kill -0 $c 2>/dev/null && [ $n -lt 900 ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    rdma resource show qp link xiw0/1 >/tmp/rsqps 2>&1
+    wait $c
+    cr=$?
+    wait $s
+    sr=$?
+    cat /tmp/client /tmp/server /tmp/rsqps
+    [ $cr -eq 0 ] && [ $sr -eq 0 ] && grep -q 'comm xiw_tcp_echo' /tmp/rsqps
+}
+check "a plain TCP program under LD_PRELOAD=librspreload.so: 16 MiB echoed and checked, over xiw QPs" preload_echo
 # A hand-written MPA initiator (tests/c/xiw_mpa_peer.c) against rping's
 # listener: the Reply answers in the Request's revision, with RFC 6581's
 # block only when asked, the ORD no more than the peer's IRD (even 0), CRC
