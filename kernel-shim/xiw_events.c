@@ -136,24 +136,35 @@ void xiw_rings_free(struct xiw_ucontext *uctx)
 	mutex_destroy(&uctx->rings_lock);
 }
 
+/* The caller's context and the u64 it passed as attribute `attr`. */
+static struct xiw_ucontext *xiw_ring_call(struct uverbs_attr_bundle *attrs,
+					  u16 attr, u64 *val)
+{
+	struct ib_ucontext *ibuctx = ib_uverbs_get_ucontext(attrs);
+	int rv;
+
+	if (IS_ERR(ibuctx))
+		return ERR_CAST(ibuctx);
+	rv = uverbs_get_const(val, attrs, attr);
+	if (rv)
+		return ERR_PTR(rv);
+	return container_of(ibuctx, struct xiw_ucontext, base);
+}
+
 /*
  * Zeroed memory for a ring of the context's provider, mapped by it from the
  * command fd at the offset returned. Bounded per context and in all.
  */
 static int UVERBS_HANDLER(XIW_METHOD_RING_ALLOC)(struct uverbs_attr_bundle *attrs)
 {
-	struct ib_ucontext *ibuctx = ib_uverbs_get_ucontext(attrs);
 	struct xiw_ucontext *uctx;
 	struct xiw_mmap_entry *e;
 	u64 len, off;
 	int rv;
 
-	if (IS_ERR(ibuctx))
-		return PTR_ERR(ibuctx);
-	uctx = container_of(ibuctx, struct xiw_ucontext, base);
-	rv = uverbs_get_const(&len, attrs, XIW_ATTR_RING_LEN);
-	if (rv)
-		return rv;
+	uctx = xiw_ring_call(attrs, XIW_ATTR_RING_LEN, &len);
+	if (IS_ERR(uctx))
+		return PTR_ERR(uctx);
 	if (!len || len > XIW_RING_MAX_BYTES)
 		return -EINVAL;
 	len = PAGE_ALIGN(len);
@@ -204,18 +215,13 @@ nomem:
 /* The provider is done with a ring of its context (named by its offset). */
 static int UVERBS_HANDLER(XIW_METHOD_RING_FREE)(struct uverbs_attr_bundle *attrs)
 {
-	struct ib_ucontext *ibuctx = ib_uverbs_get_ucontext(attrs);
 	struct xiw_mmap_entry *e, *found = NULL;
 	struct xiw_ucontext *uctx;
 	u64 off;
-	int rv;
 
-	if (IS_ERR(ibuctx))
-		return PTR_ERR(ibuctx);
-	uctx = container_of(ibuctx, struct xiw_ucontext, base);
-	rv = uverbs_get_const(&off, attrs, XIW_ATTR_RING_OFFSET);
-	if (rv)
-		return rv;
+	uctx = xiw_ring_call(attrs, XIW_ATTR_RING_OFFSET, &off);
+	if (IS_ERR(uctx))
+		return PTR_ERR(uctx);
 	mutex_lock(&uctx->rings_lock);
 	list_for_each_entry(e, &uctx->rings, ring) {
 		if (rdma_user_mmap_get_offset(&e->rdma) == off) {

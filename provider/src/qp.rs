@@ -269,16 +269,10 @@ impl Qp {
             // Taken from the slot, so read here, waiting for a thread that
             // reads already: it may have found the socket empty just before.
             // The stream's end, if marked, is read to (no mark follows it).
-            let r = if bits & xiw_abi::events::EV_CLOSED != 0 {
-                rx::on_closed(&self.core, &self.rx, &self.tx)
-            } else if bits & xiw_abi::events::EV_DATA != 0 {
-                rx::on_readable(&self.core, &self.rx, &self.tx)
-            } else {
-                Ok(())
-            };
-            if let Err(f) = r {
-                self.fail_with(f);
-            }
+            self.read_marked(
+                bits & xiw_abi::events::EV_DATA != 0,
+                bits & xiw_abi::events::EV_CLOSED != 0,
+            );
             return;
         }
         if self.tx_blocked.load(Ordering::Acquire) {
@@ -287,6 +281,19 @@ impl Qp {
         if let Err(f) = rx::poll_readable(&self.core, &self.rx, &self.tx) {
             self.fail_with(f);
         }
+    }
+
+    /// Reads what the stream has (`readable`), to its end if that may have
+    /// come (`closed`); false if the QP failed.
+    fn read_marked(&self, readable: bool, closed: bool) -> bool {
+        let r = if closed {
+            rx::on_closed(&self.core, &self.rx, &self.tx)
+        } else if readable {
+            rx::on_readable(&self.core, &self.rx, &self.tx)
+        } else {
+            return true;
+        };
+        r.map_err(|f| self.fail_with(f)).is_ok()
     }
 
     /// The application is about to wait for a completion event of a CQ of
@@ -474,15 +481,8 @@ impl Endpoint for Qp {
     }
 
     fn on_stream(&self, readable: bool, writable: bool, closed: bool) {
-        let r = if closed {
-            rx::on_closed(&self.core, &self.rx, &self.tx)
-        } else if readable {
-            rx::on_readable(&self.core, &self.rx, &self.tx)
-        } else {
-            Ok(())
-        };
-        if let Err(f) = r {
-            return self.fail_with(f);
+        if !self.read_marked(readable, closed) {
+            return;
         }
         if writable {
             self.kick();

@@ -30,18 +30,25 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-/// The unpacked Debian 12 kernel (`tests/vm/kernel.sh`).
-fn kernel_root() -> PathBuf {
+/// Runs the repository's bash `script` with `args`; its standard output,
+/// trimmed, once it succeeded.
+fn bash(script: &str, args: &[&std::ffi::OsStr]) -> String {
     let out = Command::new("bash")
-        .arg(repo().join("tests/vm/kernel.sh"))
+        .arg(repo().join(script))
+        .args(args)
         .output()
-        .expect("running tests/vm/kernel.sh");
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
     assert!(
         out.status.success(),
-        "tests/vm/kernel.sh failed:\n{}",
+        "{script} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The unpacked Debian 12 kernel (`tests/vm/kernel.sh`).
+fn kernel_root() -> PathBuf {
+    PathBuf::from(bash("tests/vm/kernel.sh", &[]))
 }
 
 /// Boots the guest with `script` (and the C test `programs` of `tests/c/`)
@@ -223,18 +230,10 @@ fn the_module_builds_through_dkms_and_runs() {
         .expect("the kernel's version")
         .to_owned();
     let headers = root.join(format!("usr/src/linux-headers-{kver}"));
-    let out = Command::new("bash")
-        .arg(repo().join("pkg/dkms.sh"))
-        .args(["build", &kver])
-        .arg(&headers)
-        .output()
-        .expect("running pkg/dkms.sh");
-    assert!(
-        out.status.success(),
-        "pkg/dkms.sh build failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let ko = bash(
+        "pkg/dkms.sh",
+        &["build".as_ref(), kver.as_ref(), headers.as_os_str()],
     );
-    let ko = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let info = |field: &str| {
         let o = Command::new("modinfo")
             .args(["-F", field, &ko])
@@ -270,12 +269,7 @@ fn the_module_builds_through_dkms_and_runs() {
         console.contains(&format!("xiw srcversion {srcversion}")),
         "the guest did not load DKMS's module ({srcversion}):\n{console}"
     );
-    let rm = Command::new("bash")
-        .arg(repo().join("pkg/dkms.sh"))
-        .arg("remove")
-        .output()
-        .expect("running pkg/dkms.sh remove");
-    assert!(rm.status.success(), "pkg/dkms.sh remove failed");
+    bash("pkg/dkms.sh", &["remove".as_ref()]);
 }
 
 /// Standalone mode has no completion channels: a CQ with one is refused
