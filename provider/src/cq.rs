@@ -35,8 +35,6 @@ pub struct Cq {
     /// completion channel the module signals when a completion lands on the
     /// armed CQ.
     kernel: OnceLock<(Kernel, u32)>,
-    /// Kernel mode: the context's command fd, whose module gives the rings.
-    rings: Option<Kernel>,
 }
 
 impl Cq {
@@ -51,7 +49,6 @@ impl Cq {
             qps: Mutex::new(Vec::new()),
             next_assist: AtomicUsize::new(0),
             kernel: OnceLock::new(),
-            rings,
         })
     }
 
@@ -87,8 +84,15 @@ impl Cq {
             return Err(libc::EINVAL);
         }
         let new = Box::new(
-            Ring::new(RING_KIND_CQ, cqe + 1, CQE_SIZE, self.id, self.rings)
-                .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
+            // Kernel mode: the new ring is the module's memory too.
+            Ring::new(
+                RING_KIND_CQ,
+                cqe + 1,
+                CQE_SIZE,
+                self.id,
+                self.kernel.get().map(|&(k, _)| k),
+            )
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
         );
         let c = old.consumer();
         for i in 0..used {
