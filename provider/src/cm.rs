@@ -519,8 +519,11 @@ impl Cm {
                 fd,
                 recv::Params {
                     crc,
-                    expect_rtr: await_rtr,
-                    rtr_send: agreed.rtr == mpa::Rtr::ZeroLengthSend,
+                    rtr: if initiator {
+                        mpa::Rtr::None
+                    } else {
+                        agreed.rtr
+                    },
                     access: attrs.qp_access_flags,
                     extensions: qp.sh.cfg.extensions,
                     merge_imm: qp.sh.cfg.extensions && peer_flags & PD_FLAG_IMM_PAIRS != 0,

@@ -385,10 +385,9 @@ impl Pair {
     /// initiator (it sends the ready-to-receive first), side 1 the responder
     /// (silent until it arrives).
     pub fn connected(a: Sim, b: Sim, crc: bool, mulpdu: usize, ord: u32, ird: u32) -> Pair {
-        let rp = |expect_rtr| recv::Params {
+        let rp = |rtr| recv::Params {
             crc,
-            expect_rtr,
-            rtr_send: false,
+            rtr,
             access: u32::MAX,
             extensions: true,
             merge_imm: true,
@@ -405,8 +404,8 @@ impl Pair {
             inplace_min: INPLACE_MIN,
         };
         Pair::new(
-            Endpoint::new(a, rp(false), sp(false, true)),
-            Endpoint::new(b, rp(true), sp(true, false)),
+            Endpoint::new(a, rp(Rtr::None), sp(false, true)),
+            Endpoint::new(b, rp(Rtr::ZeroLengthWrite), sp(true, false)),
         )
     }
 
@@ -442,8 +441,7 @@ impl Pair {
                 Sim::new(0, 0),
                 recv::Params {
                     crc: ag.crc,
-                    expect_rtr: responder && rtr,
-                    rtr_send: false,
+                    rtr: if responder { ag.rtr } else { Rtr::None },
                     access: u32::MAX,
                     extensions: true,
                     merge_imm: true,

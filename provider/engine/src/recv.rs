@@ -131,11 +131,9 @@ pub trait Host {
 pub struct Receiver<R> {
     crc: bool,
     crc32c: mpa::Crc32c,
-    /// Responder side: the peer's first FPDU is its ready-to-receive message.
-    expect_rtr: bool,
-    /// That message is the agreed zero-length Send (RFC 6581), taken by the
-    /// stream itself: it uses the first MSN of queue 0 but no receive.
-    rtr_send: bool,
+    /// Responder side: the ready-to-receive message the peer's first FPDU
+    /// is, until it came (`Rtr::None`: none awaited).
+    rtr: mpa::Rtr,
     /// The QP's rights for remote requests.
     access: u32,
     /// RFC 7306 atomics and immediate data, and the commit draft's operations.
@@ -185,9 +183,9 @@ struct Placing {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Params {
     pub crc: bool,
-    pub expect_rtr: bool,
-    /// The ready-to-receive message agreed is a zero-length Send.
-    pub rtr_send: bool,
+    /// The ready-to-receive message agreed that the peer sends first
+    /// (`Rtr::None` on the initiator's side, or when none was agreed).
+    pub rtr: mpa::Rtr,
     pub access: u32,
     pub extensions: bool,
     pub merge_imm: bool,
@@ -205,8 +203,7 @@ impl<R> Receiver<R> {
         Receiver {
             crc: p.crc,
             crc32c: mpa::crc32c,
-            expect_rtr: p.expect_rtr,
-            rtr_send: p.expect_rtr && p.rtr_send,
+            rtr: p.rtr,
             access: p.access,
             extensions: p.extensions,
             merge_imm: p.merge_imm,
@@ -224,7 +221,7 @@ impl<R> Receiver<R> {
 
     /// Still waiting for the peer's first FPDU.
     pub fn expects_rtr(&self) -> bool {
-        self.expect_rtr
+        self.rtr != mpa::Rtr::None
     }
 
     /// The QP's rights for remote requests changed (modify_qp in RTS).
@@ -372,7 +369,7 @@ impl<R> Receiver<R> {
         if self.inplace_min == 0
             || payload_len < self.inplace_min
             || prefix.len() < hdr_end
-            || self.expect_rtr
+            || self.expects_rtr()
             || self.pending_imm.is_some()
         {
             return Ok(None);
@@ -521,16 +518,17 @@ impl<R> Receiver<R> {
             ));
         }
         let opcode = rdmap::Opcode::from_u8(c.opcode);
-        if self.expect_rtr {
+        let rtr = std::mem::replace(&mut self.rtr, mpa::Rtr::None);
+        if rtr != mpa::Rtr::None {
             // The initiator's first FPDU (RFC 6581 section 6): this side may now
             // transmit, whatever it is. The agreed zero-length Write carries
             // nothing more; anything else is processed as it is.
-            self.expect_rtr = false;
             host.may_transmit();
-            if std::mem::take(&mut self.rtr_send) {
+            if rtr == mpa::Rtr::ZeroLengthSend {
                 // The agreed zero-length Send is the stream's, never the
-                // application's: anything else is not the message agreed.
-                let rtr = matches!(
+                // application's: it takes the first MSN of queue 0 and no
+                // receive; anything else is not the message agreed.
+                let agreed = matches!(
                     hdr.kind,
                     ddp::Kind::Untagged {
                         qn: ddp::QN_SEND,
@@ -541,7 +539,7 @@ impl<R> Receiver<R> {
                 ) && hdr.last
                     && opcode == Some(rdmap::Opcode::Send)
                     && payload.is_empty();
-                if !rtr {
+                if !agreed {
                     return Err(Fail::terminate(
                         Cause::MPA_NO_MATCHING_RTR,
                         None,

@@ -30,8 +30,7 @@ fn sim() -> Sim {
 fn params(crc: bool) -> Params {
     Params {
         crc,
-        expect_rtr: false,
-        rtr_send: false,
+        rtr: mpa::Rtr::None,
         access: ALL,
         extensions: true,
         merge_imm: false,
@@ -648,7 +647,7 @@ fn a_responders_first_fpdu_opens_its_transmit_side() {
     run(
         &mut s,
         Params {
-            expect_rtr: true,
+            rtr: mpa::Rtr::ZeroLengthWrite,
             ..params(true)
         },
         &rtr,
@@ -668,8 +667,7 @@ fn an_agreed_zero_length_send_is_taken_by_the_stream_not_a_receive() {
     let mut stream = peer.send(&[], 64);
     stream.extend(peer.send(&pattern(40, 5), 64));
     let p = Params {
-        expect_rtr: true,
-        rtr_send: true,
+        rtr: mpa::Rtr::ZeroLengthSend,
         ..params(true)
     };
     run(&mut s, p, &stream).unwrap();
@@ -690,8 +688,7 @@ fn an_agreed_zero_length_send_is_taken_by_the_stream_not_a_receive() {
 #[test]
 fn a_first_fpdu_other_than_the_agreed_zero_length_send_is_refused() {
     let p = Params {
-        expect_rtr: true,
-        rtr_send: true,
+        rtr: mpa::Rtr::ZeroLengthSend,
         ..params(true)
     };
     for (name, frame) in [

@@ -31,8 +31,11 @@ fuzz_target!(|data: &[u8]| {
     ][(cfg & 3) as usize];
     let p = Params {
         crc: cfg & 4 != 0,
-        expect_rtr: cfg & 8 != 0,
-        rtr_send: cfg & 128 != 0,
+        rtr: match (cfg & 8 != 0, cfg & 128 != 0) {
+            (false, _) => mpa::Rtr::None,
+            (true, false) => mpa::Rtr::ZeroLengthWrite,
+            (true, true) => mpa::Rtr::ZeroLengthSend,
+        },
         access: qp_access,
         extensions: cfg & 16 != 0,
         merge_imm: cfg & 32 != 0,

@@ -322,8 +322,9 @@ const CTRL_RTR_READ: u16 = 0x4000;
 /// The ready-to-receive message of peer-to-peer mode (RFC 6581):
 /// the first FPDU the initiator sends so that the responder may start
 /// transmitting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Rtr {
+    #[default]
     None,
     ZeroLengthSend,
     ZeroLengthWrite,
