@@ -101,11 +101,6 @@ struct xiw_srq {
 	struct ib_srq base;
 };
 
-/* A region the provider registered: its keys are the provider's STag. */
-struct xiw_mr {
-	struct ib_mr base;
-};
-
 static inline struct xiw_qp *to_xqp(struct ib_qp *qp)
 {
 	return container_of(qp, struct xiw_qp, base);

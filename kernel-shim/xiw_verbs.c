@@ -199,10 +199,8 @@ static int xiw_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 {
 	struct xiw_device *xdev = to_xdev(pd->device);
 
-	if (atomic_inc_return(&xdev->num_pd) > XIW_MAX_PD) {
-		atomic_dec(&xdev->num_pd);
+	if (!atomic_add_unless(&xdev->num_pd, 1, XIW_MAX_PD))
 		return -ENOMEM;
-	}
 	return 0;
 }
 
@@ -238,10 +236,8 @@ static int xiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
 	if (attr->cqe < 1 || attr->cqe > XIW_MAX_CQE ||
 	    attr->comp_vector >= cq->device->num_comp_vectors)
 		return -EINVAL;
-	if (atomic_inc_return(&xdev->num_cq) > XIW_MAX_QP * 2) {
-		atomic_dec(&xdev->num_cq);
+	if (!atomic_add_unless(&xdev->num_cq, 1, XIW_MAX_QP * 2))
 		return -ENOMEM;
-	}
 	cq->cqe = attr->cqe;
 	return 0;
 }
@@ -283,10 +279,8 @@ static int xiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	    attr->cap.max_recv_sge > XIW_MAX_SGE ||
 	    attr->cap.max_inline_data > XIW_MAX_INLINE)
 		return -EINVAL;
-	if (atomic_inc_return(&xdev->num_qp) > XIW_MAX_QP) {
-		rv = -ENOMEM;
-		goto err;
-	}
+	if (!atomic_add_unless(&xdev->num_qp, 1, XIW_MAX_QP))
+		return -ENOMEM;
 	refcount_set(&qp->refs, 1);
 	init_completion(&qp->unused);
 	qp->state = IB_QPS_RESET;
@@ -404,10 +398,8 @@ static int xiw_create_srq(struct ib_srq *srq, struct ib_srq_init_attr *attr,
 		return -EOPNOTSUPP;
 	if (attr->attr.max_wr > XIW_MAX_QP_WR || attr->attr.max_sge > XIW_MAX_SGE)
 		return -EINVAL;
-	if (atomic_inc_return(&xdev->num_srq) > XIW_MAX_SRQ) {
-		atomic_dec(&xdev->num_srq);
+	if (!atomic_add_unless(&xdev->num_srq, 1, XIW_MAX_SRQ))
 		return -ENOMEM;
-	}
 	return 0;
 }
 
@@ -457,7 +449,7 @@ static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 {
 	struct xiw_device *xdev = to_xdev(pd->device);
 	struct xiw_reg_mr_req req;
-	struct xiw_mr *mr;
+	struct ib_mr *mr;
 
 	if (!udata)
 		return ERR_PTR(-EOPNOTSUPP);
@@ -467,25 +459,23 @@ static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 		return ERR_PTR(-EFAULT);
 	if (req.reserved)
 		return ERR_PTR(-EINVAL);
-	if (atomic_inc_return(&xdev->num_mr) > XIW_MAX_MR) {
-		atomic_dec(&xdev->num_mr);
+	if (!atomic_add_unless(&xdev->num_mr, 1, XIW_MAX_MR))
 		return ERR_PTR(-ENOMEM);
-	}
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
 	if (!mr) {
 		atomic_dec(&xdev->num_mr);
 		return ERR_PTR(-ENOMEM);
 	}
-	mr->base.lkey = req.stag;
-	mr->base.rkey = req.stag;
-	return &mr->base;
+	mr->lkey = req.stag;
+	mr->rkey = req.stag;
+	return mr;
 }
 
 static int xiw_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct xiw_device *xdev = to_xdev(ibmr->device);
 
-	kfree(container_of(ibmr, struct xiw_mr, base));
+	kfree(ibmr);
 	atomic_dec(&xdev->num_mr);
 	return 0;
 }
