@@ -15,6 +15,10 @@
 //! - `integrity [--qps N] [--ops M] [--seed S]`: N QPs, M random operations per QP
 //!   and direction (Send, RDMA Write, RDMA Read; 0 bytes to 1 MiB; random SGE
 //!   layouts; signaled and unsignaled; some inline), both directions at once.
+//! - `soak [--qps N] [--ops M] [--seed S]`: as `integrity`, mostly small
+//!   operations, with Fetch-and-Add, Compare-and-Swap, Atomic Write and
+//!   Flush among them, through `ibv_post_send` and the `ibv_wr_*` builders
+//!   (`verbs_check/soak.rs`).
 //! - `errors [--case NAME]...`: remote and local error cases on fresh QPs, each
 //!   followed by a checked Send/Write/Read on a healthy QP pair kept open all
 //!   along, plus the error codes of the verbs themselves (case `verbs`). Only
@@ -83,7 +87,7 @@ struct Args {
 }
 
 fn usage() -> String {
-    "usage: xiw-verbs-check integrity|errors|stall|rereg --port P [--server ADDR] [--dev NAME] \
+    "usage: xiw-verbs-check integrity|soak|errors|stall|rereg|resize|reconnect --port P [--server ADDR] [--dev NAME] \
      [--qps N] [--ops M] [--seed S] [--case NAME]... [--timeout SECS]"
         .into()
 }
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
         "rereg" => rereg::run(&args),
         "resize" => resize::run(&args),
         "reconnect" => reconnect::run(&args),
+        "soak" => soak::run(&args),
         s => Err(format!("unknown scenario {s}\n{}", usage())),
     };
     match r {
@@ -414,6 +419,9 @@ fn wait_wcs(cqs: &[&Cq], n: usize, deadline: Instant, what: &str) -> Res<Vec<Wc>
     Ok(got)
 }
 
+#[path = "verbs_check/soak.rs"]
+mod soak;
+
 // ---- integrity ----------------------------------------------------------------
 
 mod integrity {
@@ -560,21 +568,37 @@ mod integrity {
 
     /// Bytes expected in a range of an MR at the end of a round; all others must
     /// still hold POISON.
-    struct Claim {
-        off: usize,
-        data: Vec<u8>,
-        what: String,
+    pub(super) struct Claim {
+        pub(super) off: usize,
+        pub(super) data: Vec<u8>,
+        pub(super) what: String,
     }
 
     /// Local buffers for one round, carved at random offsets out of several MRs.
-    struct Local {
+    pub(super) struct Local {
         mrs: Vec<Mr>,
         used: Vec<usize>,
         claims: Vec<Vec<Claim>>,
     }
 
     impl Local {
-        fn reset(&mut self) {
+        /// `n` MRs of `len` bytes, local write access only.
+        pub(super) fn new(dev: &Dev, n: usize, len: usize) -> Res<Local> {
+            let mut mrs = Vec::with_capacity(n);
+            for _ in 0..n {
+                mrs.push(
+                    Mr::new(&dev.pd, len, sys::IBV_ACCESS_LOCAL_WRITE)
+                        .map_err(|e| format!("ibv_reg_mr: {e}"))?,
+                );
+            }
+            Ok(Local {
+                mrs,
+                used: vec![len; n],
+                claims: (0..n).map(|_| Vec::new()).collect(),
+            })
+        }
+
+        pub(super) fn reset(&mut self) {
             for (i, mr) in self.mrs.iter().enumerate() {
                 mr.fill(0, self.used[i].max(1).min(mr.len()), POISON);
                 self.used[i] = 0;
@@ -582,7 +606,7 @@ mod integrity {
             }
         }
 
-        fn alloc(&mut self, rng: &mut fastrand::Rng, len: usize) -> Res<(usize, usize)> {
+        pub(super) fn alloc(&mut self, rng: &mut fastrand::Rng, len: usize) -> Res<(usize, usize)> {
             let start = rng.usize(0..self.mrs.len());
             for k in 0..self.mrs.len() {
                 let i = (start + k) % self.mrs.len();
@@ -596,7 +620,7 @@ mod integrity {
         }
 
         /// Splits `cap` bytes into 1..=max_sge SGEs (0 SGEs sometimes when cap is 0).
-        fn sges(
+        pub(super) fn sges(
             &mut self,
             rng: &mut fastrand::Rng,
             cap: usize,
@@ -623,7 +647,7 @@ mod integrity {
             Ok(out)
         }
 
-        fn sge_list(&self, parts: &[(usize, usize, usize)]) -> Vec<ibv::ibv_sge> {
+        pub(super) fn sge_list(&self, parts: &[(usize, usize, usize)]) -> Vec<ibv::ibv_sge> {
             parts
                 .iter()
                 .map(|&(m, off, len)| self.mrs[m].sge(off, len))
@@ -631,7 +655,7 @@ mod integrity {
         }
 
         /// Records that `data` should be found across `parts` (in order).
-        fn claim(&mut self, parts: &[(usize, usize, usize)], data: &[u8], what: &str) {
+        pub(super) fn claim(&mut self, parts: &[(usize, usize, usize)], data: &[u8], what: &str) {
             let mut pos = 0;
             for (k, &(m, off, len)) in parts.iter().enumerate() {
                 let take = len.min(data.len() - pos);
@@ -646,7 +670,7 @@ mod integrity {
             }
         }
 
-        fn write(&self, parts: &[(usize, usize, usize)], data: &[u8]) {
+        pub(super) fn write(&self, parts: &[(usize, usize, usize)], data: &[u8]) {
             let mut pos = 0;
             for &(m, off, len) in parts {
                 self.mrs[m].write(off, &data[pos..pos + len]);
@@ -654,7 +678,7 @@ mod integrity {
             }
         }
 
-        fn verify(&self) -> Res {
+        pub(super) fn verify(&self) -> Res {
             for (i, mr) in self.mrs.iter().enumerate() {
                 verify_region(mr, self.used[i], &self.claims[i], &format!("local MR {i}"))?;
             }
@@ -663,7 +687,7 @@ mod integrity {
     }
 
     /// Checks the claimed ranges of `mr[..used]` and that everything else is POISON.
-    fn verify_region(mr: &Mr, used: usize, claims: &[Claim], name: &str) -> Res {
+    pub(super) fn verify_region(mr: &Mr, used: usize, claims: &[Claim], name: &str) -> Res {
         let mem = mr.read(0, used.min(mr.len()));
         let mut order: Vec<&Claim> = claims.iter().collect();
         order.sort_by_key(|c| c.off);
@@ -815,17 +839,7 @@ mod integrity {
         src.write(0, &src_data[me]);
 
         let local_len = (qps * (2 * BUDGET + 256 * 1024) * 3 / 2) / LOCAL_MRS + (1 << 20);
-        let mut local = Local {
-            mrs: Vec::new(),
-            used: vec![local_len; LOCAL_MRS],
-            claims: (0..LOCAL_MRS).map(|_| Vec::new()).collect(),
-        };
-        for _ in 0..LOCAL_MRS {
-            local.mrs.push(
-                Mr::new(&dev.pd, local_len, sys::IBV_ACCESS_LOCAL_WRITE)
-                    .map_err(|e| format!("ibv_reg_mr: {e}"))?,
-            );
-        }
+        let mut local = Local::new(dev, LOCAL_MRS, local_len)?;
 
         let mut kv: Vec<(&str, String)> = vec![
             ("src", format!("{}:{}", src.addr(), src.rkey())),
