@@ -14,10 +14,11 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # busybox-static for the guest's initramfs, qemu to boot it, perl for
 # checkpatch.pl; the programs run in the guest: fio (its rdma engine),
 # libfabric's fi_pingpong, and Open MPI with its headers (to build the MPI
-# ping-pong of tests/c/); dkms, which pkg/dkms.sh builds the module with.
+# ping-pong of tests/c/); dkms, which pkg/dkms.sh builds the module with;
+# nftables, which injects TCP resets and packet loss in the fault tests.
 XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps groff-base python3-pyverbs debootstrap
     make libelf1 libssl3 zlib1g kmod xz-utils cpio busybox-static qemu-system-x86 perl
-    fio libfabric-bin openmpi-bin libopenmpi-dev dkms)
+    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;
 # touches apt not at all when everything is present.

@@ -508,6 +508,7 @@ impl Cm {
         if let Some(s) = &self.sock {
             let _ = SockRef::from(s).set_tcp_nodelay(true);
         }
+        crate::sock::set_stream_timeout(fd, qp.sh.cfg.stream_timeout);
         let crc = agreed.crc;
         // The responder waits for the ready-to-receive message, if one was agreed.
         let await_rtr = !initiator && agreed.rtr != mpa::Rtr::None;

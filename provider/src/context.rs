@@ -65,6 +65,10 @@ pub struct Config {
     /// How long a QP whose peer closed in order stays up before it fails
     /// (XIW_LINGER_MS).
     pub linger: Duration,
+    /// How long bytes sent on a stream may stay unacknowledged before the QP
+    /// fails with a retry-exceeded error (XIW_STREAM_TIMEOUT_MS, 0: TCP's
+    /// own retries, about 15 minutes).
+    pub stream_timeout: Duration,
     /// SCHED_FIFO priority for the progress thread (XIW_PROGRESS_RT, 0 = normal scheduling).
     pub rt_prio: i32,
     /// How often idle QPs give back their staging buffers (XIW_TRIM_MS).
@@ -98,6 +102,7 @@ impl Config {
             inplace_min: num("XIW_INPLACE_MIN", 8192) as usize,
             post_now_max: num("XIW_POST_NOW_MAX", 512),
             linger: Duration::from_millis(num("XIW_LINGER_MS", 1000)),
+            stream_timeout: Duration::from_millis(num("XIW_STREAM_TIMEOUT_MS", 30_000)),
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,

@@ -16,6 +16,7 @@ pub fn status(s: Status) -> u32 {
         Status::RemoteInvalidRequest => IBV_WC_REM_INV_REQ_ERR,
         Status::RemoteOperation => IBV_WC_REM_OP_ERR,
         Status::ReceiverNotReady => IBV_WC_RNR_RETRY_EXC_ERR,
+        Status::RetryExceeded => IBV_WC_RETRY_EXC_ERR,
     }
 }
 

@@ -230,7 +230,7 @@ fn stream_end(qp: &QpCore, rx: &mut Rx, fd: i32, n: isize) -> Option<Result<(), 
     match e.raw_os_error() {
         Some(libc::EAGAIN) => Some(Ok(())),
         Some(libc::EINTR) => None,
-        _ => Some(Err(Fail::stream(format!("recv: {e}")))),
+        _ => Some(Err(sock::stream_error("recv", &e))),
     }
 }
 

@@ -59,6 +59,31 @@ pub unsafe fn recv_raw(fd: RawFd, buf: *mut u8, len: usize, flags: i32) -> isize
 }
 
 /// A listening socket on the device address; returns it and its port.
+/// What a failed read or write of a QP's stream means for the QP: the end
+/// of the stream, and for a peer that stopped acknowledging past the
+/// stream's time-out (`XIW_STREAM_TIMEOUT_MS`) a retry-exceeded error for the
+/// oldest outstanding request, as an InfiniBand requester reports it.
+pub fn stream_error(op: &str, e: &io::Error) -> xiw_engine::fault::Fail {
+    use xiw_engine::fault::Fail;
+    match e.raw_os_error() {
+        Some(libc::ETIMEDOUT) => {
+            Fail::timed_out(format!("{op}: {e} (no acknowledgement from the peer)"))
+        }
+        _ => Fail::stream(format!("{op}: {e}")),
+    }
+}
+
+/// Sets how long bytes sent on a QP's stream may stay unacknowledged before
+/// the stream fails (TCP_USER_TIMEOUT); zero keeps TCP's own retries.
+pub fn set_stream_timeout(fd: RawFd, t: std::time::Duration) {
+    if t.is_zero() || fd < 0 {
+        return;
+    }
+    // SAFETY: `fd` is a live socket of the caller's for the duration of the call.
+    let s = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let _ = SockRef::from(&s).set_tcp_user_timeout(Some(t));
+}
+
 pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
     let s = socket_for(addr)?;
     s.bind(&SocketAddr::new(addr, 0).into())?;

@@ -135,7 +135,7 @@ impl Tx {
                         return Ok(false);
                     }
                     Some(libc::EINTR) => continue,
-                    _ => return Err(Fail::stream(format!("send: {e}"))),
+                    _ => return Err(crate::sock::stream_error("send", &e)),
                 }
             }
             self.engine.advance(n as usize);

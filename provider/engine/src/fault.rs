@@ -70,6 +70,9 @@ pub enum Status {
     RemoteOperation,
     /// The peer had no receive buffer for a Send.
     ReceiverNotReady,
+    /// The peer stopped acknowledging what was sent for longer than the
+    /// stream allows: the transport's retries ran out.
+    RetryExceeded,
 }
 
 /// The asynchronous event that tells the application its QP failed.
@@ -106,6 +109,16 @@ impl Fail {
             rq_status: None,
             event: Event::QpFatal,
             linger: false,
+        }
+    }
+
+    /// The stream gave up on a peer that stopped acknowledging: the oldest
+    /// outstanding request fails with [`Status::RetryExceeded`], the rest
+    /// are flushed.
+    pub fn timed_out(why: impl Into<String>) -> Fail {
+        Fail {
+            sq_status: Some(Status::RetryExceeded),
+            ..Fail::stream(why)
         }
     }
 
