@@ -347,6 +347,15 @@ impl Mapping {
         self.len == 0
     }
 
+    /// A copy of the bytes, read with volatile loads (something else may be
+    /// writing them: that is what a caller checks for).
+    pub fn snapshot(&self) -> Vec<u8> {
+        (0..self.len)
+            // SAFETY: within the mapping, which lives as long as `self`.
+            .map(|i| unsafe { ptr::read_volatile(self.ptr.as_ptr().add(i)) })
+            .collect()
+    }
+
     fn new(len: usize) -> io::Result<Mapping> {
         let n = len.max(1);
         // SAFETY: a fresh private anonymous mapping.
@@ -544,6 +553,26 @@ impl Mr {
         // SAFETY: as in `write`.
         unsafe { ptr::copy_nonoverlapping(self.mem.ptr.as_ptr().add(off), v.as_mut_ptr(), len) };
         v
+    }
+}
+
+impl Mr {
+    /// `ibv_dereg_mr`, keeping the memory: once it returns, the memory is
+    /// the caller's again. On failure the MR stays registered and comes back
+    /// with the errno.
+    pub fn deregister(self) -> Result<Mapping, (Mr, i32)> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: registered by ibv_reg_mr; on success it is deregistered
+        // here once, and Drop never runs for it.
+        let r = unsafe { ibv_dereg_mr(this.raw.as_ptr()) };
+        if r != 0 {
+            return Err((std::mem::ManuallyDrop::into_inner(this), r));
+        }
+        // SAFETY: `this` is never used or dropped again; its fields are
+        // moved out once each.
+        let (mem, pd) = unsafe { (ptr::read(&this.mem), ptr::read(&this._pd)) };
+        drop(pd);
+        Ok(mem)
     }
 }
 

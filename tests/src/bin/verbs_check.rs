@@ -177,6 +177,7 @@ fn main() -> ExitCode {
         "resize" => resize::run(&args),
         "reconnect" => reconnect::run(&args),
         "soak" => soak::run(&args),
+        "fault" => fault::run(&args),
         s => Err(format!("unknown scenario {s}\n{}", usage())),
     };
     match r {
@@ -419,6 +420,8 @@ fn wait_wcs(cqs: &[&Cq], n: usize, deadline: Instant, what: &str) -> Res<Vec<Wc>
     Ok(got)
 }
 
+#[path = "verbs_check/fault.rs"]
+mod fault;
 #[path = "verbs_check/soak.rs"]
 mod soak;
 

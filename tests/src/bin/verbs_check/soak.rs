@@ -477,7 +477,7 @@ fn body(a: &Args, dev: &Dev) -> Res<String> {
         .collect();
     Ok(format!(
         "qps={qps} ops={ops} seed={seed} rounds={round}: requested {total} operations ({}; {} through \
-         ibv_wr_*, {} inline, {} unsignaled), {:.1} MB, {} completions checked, 0 corruptions, \
+         ibv_wr_*, {} inline, {} unsignaled), {:.1} MB of payload, {} completions checked, 0 corruptions, \
          in {secs:.1}s ({:.0} operations/s both ways)",
         kinds.join(", "),
         tot.via_wr_builders,
@@ -529,7 +529,9 @@ fn build(
         tot.unsignaled += 1;
     }
     tot.by_kind[op.kind as usize] += 1;
-    tot.bytes += op.len;
+    if op.kind != Kind::Flush {
+        tot.bytes += op.len;
+    }
     let mut plain = SendWr {
         wr_id: id,
         flags,
