@@ -15,10 +15,11 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # checkpatch.pl; the programs run in the guest: fio (its rdma engine),
 # libfabric's fi_pingpong, and Open MPI with its headers (to build the MPI
 # ping-pong of tests/c/); dkms, which pkg/dkms.sh builds the module with;
-# nftables, which injects TCP resets and packet loss in the fault tests.
+# nftables, which injects TCP resets and packet loss in the fault tests;
+# valgrind, which runs whole programs under memcheck (tests/tests/sanitizers.rs).
 XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps groff-base python3-pyverbs debootstrap
     make libelf1 libssl3 zlib1g kmod xz-utils cpio busybox-static qemu-system-x86 perl
-    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables)
+    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;
 # touches apt not at all when everything is present.
