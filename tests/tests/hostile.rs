@@ -75,6 +75,18 @@ fn untagged(
     u
 }
 
+/// An RDMA Read Request's fields (RFC 5040 figure 9): sink STag and TO,
+/// size, source STag and TO.
+fn read_request(sink: u32, size: u32, source: u32) -> Vec<u8> {
+    let mut req = Vec::new();
+    req.extend_from_slice(&sink.to_be_bytes());
+    req.extend_from_slice(&0u64.to_be_bytes());
+    req.extend_from_slice(&size.to_be_bytes());
+    req.extend_from_slice(&source.to_be_bytes());
+    req.extend_from_slice(&0u64.to_be_bytes());
+    req
+}
+
 /// Terminate control (RFC 5040 figure 15): layer, error type, error code.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 struct Cause(u8, u8, u8);
@@ -336,6 +348,56 @@ fn hostile_frames_get_the_right_terminate() {
                 .unwrap()
         },
         Some(Cause(0, 1, 0)),
+    );
+    // A Read Request with bytes behind its fixed fields (RFC 5040 section
+    // 4.4): refused before anything in it is looked at.
+    case(
+        "read request with bytes behind it",
+        true,
+        |s, crc, _| {
+            let mut req = read_request(0x100, 4096, 0x4242_4200);
+            req.extend_from_slice(b"more");
+            s.write_all(&fpdu(&untagged(1, 1, 1, 0, 1, 1, 0, &req), crc))
+                .unwrap()
+        },
+        Some(Cause(1, 0, 0)),
+    );
+    // A zero-length Read names a source that is never checked (RFC 5040
+    // section 7.2 validates it only for Reads of non-zero length): even an
+    // STag that does not exist gets its zero-length Read Response. Then an
+    // unknown opcode ends the connection as usual.
+    case(
+        "zero-length read of an unknown STag",
+        true,
+        |s, crc, _| {
+            let req = read_request(0x100, 0, 0x4242_4200);
+            s.write_all(&fpdu(&untagged(1, 1, 1, 0, 1, 1, 0, &req), crc))
+                .unwrap();
+            // The Read Response: DDP and RDMAP control, sink STag, sink TO, no payload.
+            let mut resp = [0u8; 20];
+            s.read_exact(&mut resp)
+                .expect("a Read Response to the zero-length Read");
+            assert_eq!(u16::from_be_bytes([resp[0], resp[1]]), 14, "{resp:02x?}");
+            assert_eq!(resp[2], ddp_ctrl(true, true, 1), "{resp:02x?}");
+            assert_eq!(resp[3], rdmap_ctrl(1, 2), "{resp:02x?}");
+            assert_eq!(&resp[4..8], &0x100u32.to_be_bytes(), "{resp:02x?}");
+            s.write_all(&fpdu(&untagged(1, 1, 0xf, 0, 0, 1, 0, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 2, 6)),
+    );
+    // Send with Invalidate (opcode 4) naming an STag this stream may not
+    // invalidate (here one that does not exist; RFC 5040 section 8.1.1 rule
+    // 7 forbids a region other streams may use too): remote protection
+    // error, STag cannot be invalidated.
+    case(
+        "send with invalidate",
+        true,
+        |s, crc, _| {
+            s.write_all(&fpdu(&untagged(1, 1, 4, 0x4242_4200, 0, 1, 0, b"x"), crc))
+                .unwrap()
+        },
+        Some(Cause(0, 1, 9)),
     );
     // An opcode that is not RDMAP's (0xF) on an untagged queue: unexpected opcode.
     case(

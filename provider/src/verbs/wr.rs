@@ -79,9 +79,10 @@ pub(super) fn with_batch(q: *mut ibv_qp_ex, f: impl FnOnce(&XiwQp, &mut Batch)) 
 
 /// Starts a new WR with the wr_id and flags the application set on the QP.
 pub(super) fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
-    // SAFETY: ours; wr_id/wr_flags are plain fields the section's owner just wrote.
-    let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
     with_batch(q, |x, b| {
+        // SAFETY: ours; read only by the section's owner (this thread), who
+        // set them for this WR.
+        let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
         b.seal(&x.qp, SgeList::new(), false);
         let mut wqe = SendWqe {
             wr_id,
