@@ -154,7 +154,7 @@ impl Cm {
         let (addr, qpn) = self.peer.expect("peer known");
         let sh = &qp.sh;
         let s = socket_for(addr)?;
-        s.bind(&SocketAddr::new(sh.dev.addr, 0).into())?;
+        crate::sock::bind_for_connect(&s, sh.dev.addr)?;
         match s.connect(&SocketAddr::new(addr, (qpn >> 8) as u16).into()) {
             Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => return Err(e),
             _ => {}

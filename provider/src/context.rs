@@ -454,6 +454,10 @@ impl Shared {
     /// A free QP number: `port << 8 | index` on one of this context's listeners.
     pub fn alloc_qpn(&self) -> io::Result<u32> {
         let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        // As many QPs as the device reports (max_qp), and no more.
+        if ports.iter().map(|s| s.count).sum::<u32>() >= xiw_abi::limits::MAX_QP {
+            return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+        }
         if let Some(slot) = ports.iter_mut().find(|s| s.count < 256) {
             let i = (0..256)
                 .find(|&i| slot.used[i / 64] & (1 << (i % 64)) == 0)

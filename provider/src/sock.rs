@@ -231,6 +231,27 @@ pub fn socket_for(addr: IpAddr) -> io::Result<Socket> {
     Ok(s)
 }
 
+/// Binds an outgoing connection's socket to the device address, leaving
+/// the local port for `connect` to choose (IP_BIND_ADDRESS_NO_PORT): a bind
+/// to port 0 would search the whole ephemeral range for a port no socket
+/// holds, TIME_WAIT ones included, which with thousands of QPs connecting
+/// takes seconds, and fails once the range is crowded.
+pub fn bind_for_connect(s: &Socket, local: IpAddr) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a socket option set on our own live socket, from a live int of
+    // the size given. Best effort: without it the bind below still works.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(s),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    s.bind(&SocketAddr::new(local, 0).into())
+}
+
 /// Writes a small control frame on a fresh connection, waiting briefly if needed.
 pub fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(2);
