@@ -181,6 +181,8 @@ pub struct Shared {
     pub stream_events: Option<crate::streamev::StreamEvents>,
     /// Its slots in use, and the QP of each.
     ev_slots: RwLock<HashMap<u32, u32>>,
+    /// The highest slot of the events page a QP of this context was given.
+    last_ev_slot: AtomicU32,
     pub cfg: Config,
     pub mrs: MrTable,
     qps: RwLock<HashMap<u32, Arc<dyn Endpoint>>>,
@@ -279,6 +281,7 @@ impl Shared {
             kernel_cm: None,
             stream_events: None,
             ev_slots: RwLock::new(HashMap::new()),
+            last_ev_slot: AtomicU32::new(0),
             cfg,
             mrs: MrTable::default(),
             qps: RwLock::new(HashMap::new()),
@@ -388,6 +391,7 @@ impl Shared {
 
     /// Kernel mode: QP `qpn` has `slot` in the events page.
     pub fn register_ev_slot(&self, slot: u32, qpn: u32) {
+        self.last_ev_slot.fetch_max(slot, Ordering::AcqRel);
         self.ev_slots
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -405,11 +409,31 @@ impl Shared {
     /// since the last call (the progress thread's share of it: a thread
     /// polling an empty CQ takes its QP's own).
     pub fn on_stream_events(&self) {
+        self.take_marked(xiw_abi::events::HINT_PROGRESS);
+    }
+
+    /// Kernel mode: an application thread found its own CQ empty and its own
+    /// QP quiet; it carries out what the module marked on the context's
+    /// other streams, as the progress thread would. A program that busy-polls
+    /// one CQ (perftest's rdma_cm exchange, say) while another QP of it
+    /// serves a peer then answers that peer at once, instead of waking the
+    /// progress thread and making it wait for a CPU the spinning thread holds.
+    #[inline]
+    pub fn assist_marked(&self) {
+        if self.stream_events.as_ref().is_some_and(|e| e.any()) {
+            self.take_marked(xiw_abi::events::HINT_APP);
+        }
+    }
+
+    /// Takes the marked slots and carries out their events; `hint` says
+    /// who did (the module then wakes the progress thread for that slot's
+    /// next marks at once, or a moment later).
+    fn take_marked(&self, hint: u32) {
         let Some(ev) = &self.stream_events else {
             return;
         };
-        let mut slots = Vec::new();
-        ev.drain(|s| slots.push(s));
+        let mut slots: smallvec::SmallVec<[u32; 8]> = smallvec::SmallVec::new();
+        ev.drain(self.last_ev_slot.load(Ordering::Acquire), |s| slots.push(s));
         for s in slots {
             let qpn = self
                 .ev_slots
@@ -426,7 +450,7 @@ impl Shared {
             if bits == 0 {
                 continue;
             }
-            ev.hint(s, xiw_abi::events::HINT_PROGRESS);
+            ev.hint(s, hint);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 qp.on_stream(
                     bits & xiw_abi::events::EV_DATA != 0,

@@ -257,6 +257,7 @@ impl Qp {
             // there is nothing to ask the socket.
             let bits = ev.take(slot);
             if bits == 0 {
+                self.sh.assist_marked();
                 return;
             }
             ev.hint(slot, xiw_abi::events::HINT_APP);

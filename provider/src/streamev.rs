@@ -88,13 +88,21 @@ impl StreamEvents {
         }
     }
 
+    /// Whether any slot was marked since the last [`StreamEvents::drain`].
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.header().pending.load(Ordering::Relaxed) != 0
+    }
+
     /// The slots marked since the last call, each once (some may have had
-    /// their events taken meanwhile); false if none was.
-    pub fn drain(&self, mut f: impl FnMut(u32)) -> bool {
+    /// their events taken meanwhile), among slots `0..=last` (the highest
+    /// the context has given out: no others are ever marked); false if none
+    /// was.
+    pub fn drain(&self, last: u32, mut f: impl FnMut(u32)) -> bool {
         if self.header().pending.swap(0, Ordering::AcqRel) == 0 {
             return false;
         }
-        for w in 0..(SLOTS / 64) as usize {
+        for w in 0..=(last.min(SLOTS - 1) / 64) as usize {
             let s = self.summary(w);
             if s.load(Ordering::Relaxed) == 0 {
                 continue;
