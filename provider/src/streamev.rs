@@ -74,8 +74,14 @@ impl StreamEvents {
     /// Takes the events marked in `slot` (0: nothing happened).
     #[inline]
     pub fn take(&self, slot: u32) -> u32 {
-        self.slot(slot)
-            .map_or(0, |s| s.events.swap(0, Ordering::AcqRel))
+        let Some(s) = self.slot(slot) else { return 0 };
+        // A plain load first: an application polling an empty CQ calls this
+        // in a loop, and a read-modify-write would take the cache line from
+        // the module on every turn.
+        if s.events.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        s.events.swap(0, Ordering::AcqRel)
     }
 
     /// Says who took the slot's last events ([`HINT_APP`] or [`HINT_PROGRESS`]).
