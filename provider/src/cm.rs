@@ -506,9 +506,15 @@ impl Cm {
     ) {
         let fd = self.sock_fd();
         if let Some(s) = &self.sock {
-            let _ = SockRef::from(s).set_tcp_nodelay(true);
+            let s = SockRef::from(s);
+            let _ = s.set_tcp_nodelay(true);
+            // How long sent bytes may go unacknowledged before the stream
+            // fails (XIW_STREAM_TIMEOUT_MS; 0 keeps TCP's own retries).
+            let t = qp.sh.cfg.stream_timeout;
+            if !t.is_zero() {
+                let _ = s.set_tcp_user_timeout(Some(t));
+            }
         }
-        crate::sock::set_stream_timeout(fd, qp.sh.cfg.stream_timeout);
         let crc = agreed.crc;
         // The responder waits for the ready-to-receive message, if one was agreed.
         let await_rtr = !initiator && agreed.rtr != mpa::Rtr::None;

@@ -58,7 +58,6 @@ pub unsafe fn recv_raw(fd: RawFd, buf: *mut u8, len: usize, flags: i32) -> isize
     unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, 0usize, 0usize) as isize }
 }
 
-/// A listening socket on the device address; returns it and its port.
 /// What a failed read or write of a QP's stream means for the QP: the end
 /// of the stream, and for a peer that stopped acknowledging past the
 /// stream's time-out (`XIW_STREAM_TIMEOUT_MS`) a retry-exceeded error for the
@@ -73,17 +72,7 @@ pub fn stream_error(op: &str, e: &io::Error) -> xiw_engine::fault::Fail {
     }
 }
 
-/// Sets how long bytes sent on a QP's stream may stay unacknowledged before
-/// the stream fails (TCP_USER_TIMEOUT); zero keeps TCP's own retries.
-pub fn set_stream_timeout(fd: RawFd, t: std::time::Duration) {
-    if t.is_zero() || fd < 0 {
-        return;
-    }
-    // SAFETY: `fd` is a live socket of the caller's for the duration of the call.
-    let s = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    let _ = SockRef::from(&s).set_tcp_user_timeout(Some(t));
-}
-
+/// A listening socket on the device address; returns it and its port.
 pub fn listen(addr: IpAddr) -> io::Result<(OwnedFd, u16)> {
     let s = socket_for(addr)?;
     s.bind(&SocketAddr::new(addr, 0).into())?;
