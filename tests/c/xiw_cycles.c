@@ -68,14 +68,6 @@
  */
 #define VM_SLACK_KIB 4096l
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* A field of /proc/self/status in kB ("VmRSS"); exits if there is none. */
 static long status_kib(const char *field)
 {

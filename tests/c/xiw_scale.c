@@ -712,6 +712,48 @@ static int flood_receiver(int port, uint32_t recvs)
 	return 0;
 }
 
+/* What the sender's completions came to, in order. */
+struct tally {
+	uint64_t done, ok, flushed, other, first_err;
+	enum ibv_wc_status first_status;
+	double first_err_ms;
+};
+
+/*
+ * Takes up to 64 completions: each must be the next Send's, and none may
+ * succeed after one failed. Returns how many it took.
+ */
+static int reap(struct ibv_cq *cq, struct tally *t, double t0)
+{
+	struct ibv_wc wc[64];
+	int k = ibv_poll_cq(cq, 64, wc);
+
+	if (k < 0)
+		die("ibv_poll_cq: %d", k);
+	for (int j = 0; j < k; j++, t->done++) {
+		if (wc[j].wr_id != t->done)
+			die("Send %llu completed where Send %llu was next",
+			    (unsigned long long)wc[j].wr_id, (unsigned long long)t->done);
+		if (wc[j].status == IBV_WC_SUCCESS) {
+			if (t->first_err != UINT64_MAX)
+				die("Send %llu succeeded after Send %llu failed",
+				    (unsigned long long)t->done, (unsigned long long)t->first_err);
+			t->ok++;
+			continue;
+		}
+		if (t->first_err == UINT64_MAX) {
+			t->first_err = t->done;
+			t->first_status = wc[j].status;
+			t->first_err_ms = now_ms() - t0;
+		}
+		if (wc[j].status == IBV_WC_WR_FLUSH_ERR)
+			t->flushed++;
+		else
+			t->other++;
+	}
+	return k;
+}
+
 static int flood_sender(const char *addr, int port, uint64_t sends, uint32_t size,
 			double seconds)
 {
@@ -721,17 +763,17 @@ static int flood_sender(const char *addr, int port, uint64_t sends, uint32_t siz
 	struct flood_hello me = { .size = size }, peer;
 	size_t bytes = (size_t)size * FLOOD_DEPTH;
 	uint8_t *buf = malloc(bytes);
-	uint64_t posted = 0, done = 0, ok = 0, flushed = 0, other = 0, first_err = UINT64_MAX;
-	enum ibv_wc_status first_status = IBV_WC_SUCCESS;
+	struct tally t = { .first_err = UINT64_MAX };
+	uint64_t posted = 0;
 	int post_errno = 0;
 	char events[512] = "";
 	struct ibv_mr *mr;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
-	double t0, first_err_ms = -1, deadline;
+	double t0, deadline;
 	long rss0;
 	pthread_t smp;
-	struct ibv_wc wc[64];
+	struct ibv_wc extra;
 
 	if (!pd || !buf)
 		die("setting up: %s", strerror(errno));
@@ -757,9 +799,7 @@ static int flood_sender(const char *addr, int port, uint64_t sends, uint32_t siz
 	t0 = now_ms();
 	deadline = t0 + seconds * 1000;
 	while (posted < sends && now_ms() < deadline && !post_errno) {
-		int k;
-
-		while (posted < sends && posted - done < FLOOD_DEPTH) {
+		while (posted < sends && posted - t.done < FLOOD_DEPTH) {
 			uint8_t *p = buf + (posted % FLOOD_DEPTH) * size;
 
 			fill_flood(p, size, posted);
@@ -769,64 +809,16 @@ static int flood_sender(const char *addr, int port, uint64_t sends, uint32_t siz
 				break;
 			posted++;
 		}
-		k = ibv_poll_cq(cq, 64, wc);
-		if (k < 0)
-			die("ibv_poll_cq: %d", k);
-		for (int j = 0; j < k; j++, done++) {
-			if (wc[j].wr_id != done)
-				die("Send %llu completed where Send %llu was next",
-				    (unsigned long long)wc[j].wr_id, (unsigned long long)done);
-			if (wc[j].status == IBV_WC_SUCCESS) {
-				if (first_err != UINT64_MAX)
-					die("Send %llu succeeded after Send %llu failed",
-					    (unsigned long long)done,
-					    (unsigned long long)first_err);
-				ok++;
-				continue;
-			}
-			if (first_err == UINT64_MAX) {
-				first_err = done;
-				first_status = wc[j].status;
-				first_err_ms = now_ms() - t0;
-			}
-			if (wc[j].status == IBV_WC_WR_FLUSH_ERR)
-				flushed++;
-			else
-				other++;
-		}
+		reap(cq, &t, t0);
 	}
 	/* Every posted Send must complete: none may be left hanging. */
 	deadline = now_ms() + 15000;
-	while (done < posted) {
-		int k = ibv_poll_cq(cq, 64, wc);
+	while (t.done < posted) {
+		int k = reap(cq, &t, t0);
 
-		if (k < 0)
-			die("ibv_poll_cq: %d", k);
-		for (int j = 0; j < k; j++, done++) {
-			if (wc[j].wr_id != done)
-				die("Send %llu completed where Send %llu was next",
-				    (unsigned long long)wc[j].wr_id, (unsigned long long)done);
-			if (wc[j].status == IBV_WC_SUCCESS) {
-				if (first_err != UINT64_MAX)
-					die("Send %llu succeeded after Send %llu failed",
-					    (unsigned long long)done,
-					    (unsigned long long)first_err);
-				ok++;
-			} else {
-				if (first_err == UINT64_MAX) {
-					first_err = done;
-					first_status = wc[j].status;
-					first_err_ms = now_ms() - t0;
-				}
-				if (wc[j].status == IBV_WC_WR_FLUSH_ERR)
-					flushed++;
-				else
-					other++;
-			}
-		}
 		if (!k && now_ms() > deadline)
 			die("%llu of %llu posted Sends never completed (15 s after the last post; QP in %s)",
-			    (unsigned long long)(posted - done), (unsigned long long)posted,
+			    (unsigned long long)(posted - t.done), (unsigned long long)posted,
 			    state_str(qp_state(qp)));
 	}
 	{
@@ -834,18 +826,18 @@ static int flood_sender(const char *addr, int port, uint64_t sends, uint32_t siz
 		enum ibv_qp_state st = qp_state(qp);
 		char c = 'd';
 
-		if (ibv_poll_cq(cq, 64, wc) != 0)
+		if (ibv_poll_cq(cq, 1, &extra) != 0)
 			die("a completion beyond the requests posted");
 		write_all(ctl, &c, 1);
 		drain_async(ctx, events, sizeof(events));
 		stop_sampler(smp);
 		printf("flood ok (sender): sends=%llu size=%u posted=%llu ok=%llu flushed=%llu other_err=%llu first_err_seq=%lld first_err_status=%s post_errno=%s first_err_ms=%.1f total_ms=%.1f qp_state=%s events=%s rss_before_kb=%ld rss_peak_growth_kb=%ld rss_end_growth_kb=%ld\n",
 		       (unsigned long long)sends, size, (unsigned long long)posted,
-		       (unsigned long long)ok, (unsigned long long)flushed,
-		       (unsigned long long)other,
-		       first_err == UINT64_MAX ? -1LL : (long long)first_err,
-		       field(first_err == UINT64_MAX ? "none" : ibv_wc_status_str(first_status)),
-		       post_errno ? strerrorname_np(post_errno) : "0", first_err_ms, total,
+		       (unsigned long long)t.ok, (unsigned long long)t.flushed,
+		       (unsigned long long)t.other,
+		       t.first_err == UINT64_MAX ? -1LL : (long long)t.first_err,
+		       field(t.first_err == UINT64_MAX ? "none" : ibv_wc_status_str(t.first_status)),
+		       post_errno ? strerrorname_np(post_errno) : "0", t.first_err_ms, total,
 		       state_str(st), field(events), rss0, atomic_load(&rss_peak) - rss0,
 		       status_kb("VmRSS") - rss0);
 		fflush(stdout);

@@ -119,23 +119,6 @@ static int id_is(uint64_t id, unsigned int tag, int *who, uint32_t *s)
 	return id >> TAG_SHIFT == tag && ((id >> 40) & 0xffff) == atomic_load(&round_now);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* splitmix64: deterministic bytes and choices from a seed. */
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 /* ---- state ---------------------------------------------------------------- */
 
 struct state {

@@ -36,23 +36,6 @@
 
 #define LIMIT_NS (5ull * 1000000000ull)
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* splitmix64: deterministic bytes and choices from a seed. */
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 static void fill(uint8_t *p, size_t n, uint64_t seed)
 {
 	for (size_t i = 0; i < n; i++)

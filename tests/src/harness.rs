@@ -184,7 +184,7 @@ impl Drop for Pair {
 
 /// Where the programs of a pair that uses `port` log (server, client): files
 /// made empty now, that both sides may write from inside any namespace.
-fn log_files(tag: &str, port: u16) -> (PathBuf, PathBuf) {
+pub fn log_files(tag: &str, port: u16) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join("xiw-tests-logs");
     let _ = std::fs::create_dir_all(&dir);
     let make = |side: &str| {

@@ -34,7 +34,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use xiw_tests::cprog::program;
-use xiw_tests::harness::{lo_device, port, run_pair, serial, Pair};
+use xiw_tests::harness::{lo_device, log_files, port, run_pair, serial, Pair};
 
 /// The `key=value` fields of the line of `out` that starts with `prefix`.
 fn fields(out: &str, prefix: &str) -> Option<HashMap<String, String>> {
@@ -53,19 +53,6 @@ fn num(f: &HashMap<String, String>, key: &str, ctx: &str) -> f64 {
     f.get(key)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no number `{key}` in the result line:\n{ctx}"))
-}
-
-/// Where the two sides of a pair on `port` log (libibverbs' log, where xiw
-/// says why a QP failed): files made empty now.
-fn log_files(tag: &str, port: u16) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join("xiw-tests-logs");
-    let _ = std::fs::create_dir_all(&dir);
-    let make = |side: &str| {
-        let p = dir.join(format!("{tag}-{port}-{side}.log"));
-        let _ = std::fs::write(&p, b"");
-        p
-    };
-    (make("server"), make("client"))
 }
 
 /// What a log of thousands of QPs says, short: every kind of line (numbers

@@ -745,9 +745,9 @@ mod integrity {
         wcs: usize,
     }
 
-    const TAG_RECV: u64 = 0xff;
+    pub(super) const TAG_RECV: u64 = 0xff;
 
-    fn wr_id(q: usize, kind: u64, seq: u64) -> u64 {
+    pub(super) fn wr_id(q: usize, kind: u64, seq: u64) -> u64 {
         (q as u64) << 56 | kind << 48 | seq
     }
 
@@ -929,29 +929,7 @@ mod integrity {
                 &r.map_err(|e| format!("round {round}: {e}")),
             )?;
         }
-        // Nothing more may complete.
-        std::thread::sleep(Duration::from_millis(50));
-        for (i, cq) in cqs.iter().enumerate() {
-            let extra = cq.poll(16).map_err(|e| format!("poll_cq returned {e}"))?;
-            if !extra.is_empty() {
-                let s: Vec<String> = extra.iter().map(fmt_wc).collect();
-                return Err(format!(
-                    "unexpected completions on CQ {i} after the last round: {}",
-                    s.join("; ")
-                ));
-            }
-        }
-        for (q, l) in links.iter().enumerate() {
-            let st =
-                l.qp.state()
-                    .map_err(|e| format!("ibv_query_qp: {}", ibv::errno_str(e)))?;
-            if st != sys::IBV_QPS_RTS {
-                return Err(format!(
-                    "QP {q} is in state {} after the run, expected RTS",
-                    state_name(st)
-                ));
-            }
-        }
+        quiet_end(&cqs.iter().collect::<Vec<_>>(), links.iter().map(|l| &l.qp))?;
         oob.sync("end", &Ok(()))?;
         let secs = start.elapsed().as_secs_f64();
         Ok(format!(
@@ -968,11 +946,93 @@ mod integrity {
     }
 
     /// One completion this side waits for.
-    struct Expect {
-        wr_id: u64,
-        opcode: u32,
-        byte_len: Option<u32>,
-        what: String,
+    pub(super) struct Expect {
+        pub(super) wr_id: u64,
+        pub(super) opcode: u32,
+        pub(super) byte_len: Option<u32>,
+        pub(super) what: String,
+    }
+
+    /// Checks `w`, a completion of QP `q`, against the one `queue` expects
+    /// next, and takes that off: success, the wr_id in order, the opcode,
+    /// the length where one is expected, and no flags on a receive.
+    pub(super) fn check_next(queue: &mut VecDeque<Expect>, q: usize, w: &Wc, recv: bool) -> Res {
+        let e = queue
+            .pop_front()
+            .ok_or_else(|| format!("qp{q}: unexpected extra completion: {}", fmt_wc(w)))?;
+        let mut bad = Vec::new();
+        if w.status != sys::IBV_WC_SUCCESS {
+            bad.push(format!("status {}", status_name(w.status)));
+        }
+        if w.wr_id != e.wr_id {
+            bad.push(format!(
+                "wr_id {:#x} (expected {:#x}: out of order or lost)",
+                w.wr_id, e.wr_id
+            ));
+        }
+        if w.status == sys::IBV_WC_SUCCESS && w.opcode != e.opcode {
+            bad.push(format!("opcode {} (expected {})", w.opcode, e.opcode));
+        }
+        if let Some(b) = e.byte_len {
+            if w.status == sys::IBV_WC_SUCCESS && w.byte_len != b {
+                bad.push(format!("byte_len {} (expected {b})", w.byte_len));
+            }
+        }
+        if w.status == sys::IBV_WC_SUCCESS && recv && w.wc_flags != 0 {
+            bad.push(format!("wc_flags {:#x} (expected 0)", w.wc_flags));
+        }
+        if bad.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: bad completion: {} [{}]",
+            e.what,
+            bad.join(", "),
+            fmt_wc(w)
+        ))
+    }
+
+    /// After the last round: nothing more completes on `cqs`, and every QP
+    /// is still in RTS.
+    pub(super) fn quiet_end<'a>(cqs: &[&Cq], qps: impl Iterator<Item = &'a Qp>) -> Res {
+        std::thread::sleep(Duration::from_millis(50));
+        for (i, cq) in cqs.iter().enumerate() {
+            let extra = cq.poll(16).map_err(|e| format!("poll_cq returned {e}"))?;
+            if !extra.is_empty() {
+                let s: Vec<String> = extra.iter().map(fmt_wc).collect();
+                return Err(format!(
+                    "unexpected completions on CQ {i} after the last round: {}",
+                    s.join("; ")
+                ));
+            }
+        }
+        for (q, qp) in qps.enumerate() {
+            let st = qp
+                .state()
+                .map_err(|e| format!("ibv_query_qp: {}", ibv::errno_str(e)))?;
+            if st != sys::IBV_QPS_RTS {
+                return Err(format!(
+                    "QP {q} is in state {} after the run, expected RTS",
+                    state_name(st)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A round that did not get every completion in time: what it still
+    /// awaits (the first 8).
+    pub(super) fn timed_out(seen: usize, total: usize, queues: &[&[VecDeque<Expect>]]) -> String {
+        let missing: Vec<&str> = queues
+            .iter()
+            .flat_map(|qs| qs.iter().flatten())
+            .take(8)
+            .map(|e| e.what.as_str())
+            .collect();
+        format!(
+            "timed out with {seen} of {total} completions; still waiting for (first 8): {}",
+            missing.join("; ")
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1180,38 +1240,7 @@ mod integrity {
                             fmt_wc(&w)
                         ));
                     }
-                    let e = queue.pop_front().ok_or_else(|| {
-                        format!("qp{q}: unexpected extra completion: {}", fmt_wc(&w))
-                    })?;
-                    let mut bad = Vec::new();
-                    if w.status != sys::IBV_WC_SUCCESS {
-                        bad.push(format!("status {}", status_name(w.status)));
-                    }
-                    if w.wr_id != e.wr_id {
-                        bad.push(format!(
-                            "wr_id {:#x} (expected {:#x}: out of order or lost)",
-                            w.wr_id, e.wr_id
-                        ));
-                    }
-                    if w.status == sys::IBV_WC_SUCCESS && w.opcode != e.opcode {
-                        bad.push(format!("opcode {} (expected {})", w.opcode, e.opcode));
-                    }
-                    if let Some(b) = e.byte_len {
-                        if w.status == sys::IBV_WC_SUCCESS && w.byte_len != b {
-                            bad.push(format!("byte_len {} (expected {b})", w.byte_len));
-                        }
-                    }
-                    if w.status == sys::IBV_WC_SUCCESS && is_recv && w.wc_flags != 0 {
-                        bad.push(format!("wc_flags {:#x} (expected 0)", w.wc_flags));
-                    }
-                    if !bad.is_empty() {
-                        return Err(format!(
-                            "{}: bad completion: {} [{}]",
-                            e.what,
-                            bad.join(", "),
-                            fmt_wc(&w)
-                        ));
-                    }
+                    check_next(queue, q, &w, is_recv)?;
                     tot.wcs += 1;
                 }
             }
@@ -1219,17 +1248,7 @@ mod integrity {
                 break;
             }
             if Instant::now() > deadline {
-                let missing: Vec<String> = want_send
-                    .iter()
-                    .chain(&want_recv)
-                    .flatten()
-                    .take(8)
-                    .map(|e| e.what.clone())
-                    .collect();
-                return Err(format!(
-                    "timed out with {seen} of {total} completions; still waiting for (first 8): {}",
-                    missing.join("; ")
-                ));
+                return Err(timed_out(seen, total, &[&want_send, &want_recv]));
             }
             if !any {
                 std::thread::sleep(Duration::from_micros(50));

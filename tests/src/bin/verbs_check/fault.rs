@@ -334,9 +334,9 @@ type ReadAt = (usize, usize, usize);
 /// A QP pair inside this process, carrying Writes and Sends whose bytes are
 /// checked.
 struct Bystander {
-    a: Qp,
-    b: Qp,
-    cq: Cq,
+    /// Each QP with its own CQ.
+    a: (Cq, Qp),
+    b: (Cq, Qp),
     src: Mr,
     dst: Mr,
     rounds: u64,
@@ -344,28 +344,16 @@ struct Bystander {
 
 impl Bystander {
     fn new(dev: &Dev) -> Res<Bystander> {
-        let cq = Cq::new(&dev.ctx, 256).map_err(|e| format!("ibv_create_cq: {e}"))?;
-        let cap = ibv::ibv_qp_cap {
-            max_send_wr: 32,
-            max_recv_wr: 32,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let mk =
-            || Qp::new(&dev.pd, &cq, &cq, cap, false).map_err(|e| format!("ibv_create_qp: {e}"));
-        let (a, b) = (mk()?, mk()?);
-        a.to_init(ALL_ACCESS)?;
-        b.to_init(ALL_ACCESS)?;
-        for (x, y) in [(&a, &b), (&b, &a)] {
-            x.to_rts(dev.gid, y.qpn(), RD_ATOMIC)?;
-        }
+        let (a, b) = (small_qp(dev)?, small_qp(dev)?);
+        a.1.to_init(ALL_ACCESS)?;
+        b.1.to_init(ALL_ACCESS)?;
+        a.1.to_rts(dev.gid, b.1.qpn(), RD_ATOMIC)?;
+        b.1.to_rts(dev.gid, a.1.qpn(), RD_ATOMIC)?;
         let src = Mr::new(&dev.pd, 8192, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"))?;
         let dst = Mr::new(&dev.pd, 8192, ALL_ACCESS).map_err(|e| format!("ibv_reg_mr: {e}"))?;
         Ok(Bystander {
             a,
             b,
-            cq,
             src,
             dst,
             rounds: 0,
@@ -380,6 +368,7 @@ impl Bystander {
         self.src.write(0, &data);
         self.dst.fill(0, 8192, POISON);
         self.b
+            .1
             .post_recv(&[RecvWr {
                 wr_id: k,
                 sges: vec![self.dst.sge(4096, 4096)],
@@ -402,10 +391,11 @@ impl Bystander {
             ..Default::default()
         };
         self.a
+            .1
             .post_send(&[write, send])
             .map_err(|(_, e)| format!("bystander ibv_post_send: {}", ibv::errno_str(e)))?;
         let wcs = wait_wcs(
-            &[&self.cq],
+            &[&self.a.0, &self.b.0],
             2,
             Instant::now() + Duration::from_secs(10),
             "bystander",

@@ -16,7 +16,9 @@
 //! before it are placed); the two processes meet between rounds over the
 //! out-of-band connection.
 
-use super::integrity::{verify_region, Claim, Local};
+use super::integrity::{
+    check_next, quiet_end, timed_out, verify_region, wr_id, Claim, Expect, Local, TAG_RECV,
+};
 use super::*;
 use xiw_tests::ibv::{ExOp, ExWr};
 
@@ -240,12 +242,6 @@ struct Totals {
     wcs: usize,
 }
 
-const TAG_RECV: u64 = 0xff;
-
-fn wr_id(q: usize, kind: u64, seq: u64) -> u64 {
-    (q as u64) << 56 | kind << 48 | seq
-}
-
 struct Link {
     qp: Qp,
     /// Where the peer's Writes land, and its atomics.
@@ -253,14 +249,6 @@ struct Link {
     atom: Mr,
     peer_tgt: (u64, u32),
     peer_atom: (u64, u32),
-}
-
-/// One completion this side waits for.
-struct Expect {
-    wr_id: u64,
-    opcode: u32,
-    byte_len: Option<u32>,
-    what: String,
 }
 
 pub fn run(a: &Args) -> Res<String> {
@@ -445,28 +433,7 @@ fn body(a: &Args, dev: &Dev) -> Res<String> {
             &r.map_err(|e| format!("round {round}: {e}")),
         )?;
     }
-    std::thread::sleep(Duration::from_millis(50));
-    for (i, cq) in [&scq, &rcq].iter().enumerate() {
-        let extra = cq.poll(16).map_err(|e| format!("poll_cq returned {e}"))?;
-        if !extra.is_empty() {
-            let s: Vec<String> = extra.iter().map(fmt_wc).collect();
-            return Err(format!(
-                "unexpected completions on CQ {i} after the last round: {}",
-                s.join("; ")
-            ));
-        }
-    }
-    for (q, l) in links.iter().enumerate() {
-        let st =
-            l.qp.state()
-                .map_err(|e| format!("ibv_query_qp: {}", ibv::errno_str(e)))?;
-        if st != sys::IBV_QPS_RTS {
-            return Err(format!(
-                "QP {q} is in state {} after the run, expected RTS",
-                state_name(st)
-            ));
-        }
-    }
+    quiet_end(&[&scq, &rcq], links.iter().map(|l| &l.qp))?;
     oob.sync("end", &Ok(()))?;
     let secs = start.elapsed().as_secs_f64();
     let total: usize = tot.by_kind.iter().sum();
@@ -819,35 +786,7 @@ fn run_round(
                 } else {
                     &mut want_send[q]
                 };
-                let e = queue
-                    .pop_front()
-                    .ok_or_else(|| format!("qp{q}: unexpected extra completion: {}", fmt_wc(&w)))?;
-                let mut bad = Vec::new();
-                if w.status != sys::IBV_WC_SUCCESS {
-                    bad.push(format!("status {}", status_name(w.status)));
-                }
-                if w.wr_id != e.wr_id {
-                    bad.push(format!(
-                        "wr_id {:#x} (expected {:#x}: out of order or lost)",
-                        w.wr_id, e.wr_id
-                    ));
-                }
-                if w.status == sys::IBV_WC_SUCCESS && w.opcode != e.opcode {
-                    bad.push(format!("opcode {} (expected {})", w.opcode, e.opcode));
-                }
-                if let Some(b) = e.byte_len {
-                    if w.status == sys::IBV_WC_SUCCESS && w.byte_len != b {
-                        bad.push(format!("byte_len {} (expected {b})", w.byte_len));
-                    }
-                }
-                if !bad.is_empty() {
-                    return Err(format!(
-                        "{}: bad completion: {} [{}]",
-                        e.what,
-                        bad.join(", "),
-                        fmt_wc(&w)
-                    ));
-                }
+                check_next(queue, q, &w, ci == 1)?;
                 tot.wcs += 1;
             }
         }
@@ -855,17 +794,7 @@ fn run_round(
             break;
         }
         if Instant::now() > deadline {
-            let missing: Vec<String> = want_send
-                .iter()
-                .chain(&want_recv)
-                .flatten()
-                .take(8)
-                .map(|e| e.what.clone())
-                .collect();
-            return Err(format!(
-                "timed out with {seen} of {total} completions; still waiting for (first 8): {}",
-                missing.join("; ")
-            ));
+            return Err(timed_out(seen, total, &[&want_send, &want_recv]));
         }
         if !any {
             std::thread::sleep(Duration::from_micros(50));
