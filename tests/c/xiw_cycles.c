@@ -132,8 +132,8 @@ static uint8_t pattern(uint32_t cycle, size_t i)
 	return (uint8_t)(cycle * 131u + i * 7u + (i >> 8));
 }
 
-static struct ibv_qp *qp_ex(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_cq *scq,
-			    struct ibv_cq *rcq, struct ibv_srq *srq, uint64_t send_ops)
+static struct ibv_qp *cycle_qp(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_cq *scq,
+			       struct ibv_cq *rcq, struct ibv_srq *srq, uint64_t send_ops)
 {
 	struct ibv_qp_init_attr_ex at = {
 		.send_cq = scq,
@@ -145,29 +145,8 @@ static struct ibv_qp *qp_ex(struct ibv_context *ctx, struct ibv_pd *pd, struct i
 		.comp_mask = IBV_QP_INIT_ATTR_PD,
 		.pd = pd,
 	};
-	struct ibv_qp *qp;
 
-	if (send_ops) {
-		at.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-		at.send_ops_flags = send_ops;
-	}
-	qp = ibv_create_qp_ex(ctx, &at);
-	if (!qp)
-		die("ibv_create_qp_ex: %s", strerror(errno));
-	return qp;
-}
-
-static void to_init(struct ibv_qp *qp, int access)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = access,
-	};
-
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS))
-		die("modify_qp to INIT: %s", strerror(errno));
+	return qp_ex(ctx, &at, send_ops);
 }
 
 /* A destroy verb's result: 0, or the error number (some set errno instead). */
@@ -283,16 +262,19 @@ static void cycle(uint32_t n, const struct bufs *m)
 	if (!srq)
 		die("ibv_create_srq: %s", strerror(errno));
 
-	a = qp_ex(ctx, pd, cq, cq, NULL, 0);
-	b = qp_ex(ctx, pd, cq, ibv_cq_ex_to_cq(cqx), srq, 0);
-	c = qp_ex(ctx, pd, ibv_cq_ex_to_cq(cqx), cq, NULL,
-		  IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ);
-	d = qp_ex(ctx, pd, cq, cq, NULL, 0);
-	to_init(d, IBV_ACCESS_LOCAL_WRITE);
+	a = cycle_qp(ctx, pd, cq, cq, NULL, 0);
+	b = cycle_qp(ctx, pd, cq, ibv_cq_ex_to_cq(cqx), srq, 0);
+	c = cycle_qp(ctx, pd, ibv_cq_ex_to_cq(cqx), cq, NULL,
+		     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ);
+	d = cycle_qp(ctx, pd, cq, cq, NULL, 0);
+	if (to_init(d, IBV_ACCESS_LOCAL_WRITE))
+		die("modify_qp to INIT: %s", strerror(errno));
 
 	/* A and B, connected to each other on this one context. */
-	to_init(a, remote);
-	to_init(b, remote);
+	if (to_init(a, remote))
+		die("modify_qp to INIT: %s", strerror(errno));
+	if (to_init(b, remote))
+		die("modify_qp to INIT: %s", strerror(errno));
 	for (size_t i = 0; i < MSG_LEN; i++)
 		m->a_small[i] = pattern(n, i);
 	for (size_t i = 0; i < WRITE_LEN; i++)

@@ -846,18 +846,6 @@ static void *cq_churn(void *arg)
 	return NULL;
 }
 
-static int to_init(struct ibv_qp *qp, int access)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = access,
-	};
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				     IBV_QP_ACCESS_FLAGS);
-}
-
 /* A QP of the churn: small, completing on the shared CQs. */
 static struct ibv_qp *churn_qp(void)
 {

@@ -94,9 +94,8 @@ static inline int to_rts(struct ibv_qp *qp, union ibv_gid peer, uint32_t peer_qp
 				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-/* RESET -> INIT (port 1, `access` granted to the peer) -> RTR -> RTS. */
-static inline void connect_qp(struct ibv_qp *qp, int access, union ibv_gid peer,
-			      uint32_t peer_qpn)
+/* RESET -> INIT on port 1, `access` granted to the peer; 0 or an error. */
+static inline int to_init(struct ibv_qp *qp, int access)
 {
 	struct ibv_qp_attr a = {
 		.qp_state = IBV_QPS_INIT,
@@ -104,8 +103,15 @@ static inline void connect_qp(struct ibv_qp *qp, int access, union ibv_gid peer,
 		.qp_access_flags = access,
 	};
 
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS))
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					     IBV_QP_ACCESS_FLAGS);
+}
+
+/* RESET -> INIT (port 1, `access` granted to the peer) -> RTR -> RTS. */
+static inline void connect_qp(struct ibv_qp *qp, int access, union ibv_gid peer,
+			      uint32_t peer_qpn)
+{
+	if (to_init(qp, access))
 		die("modify_qp to INIT: %s", strerror(errno));
 	if (to_rts(qp, peer, peer_qpn))
 		die("modify_qp to RTR/RTS: %s", strerror(errno));
@@ -144,6 +150,22 @@ static inline struct ibv_wc expect_wc(struct ibv_cq *cq, uint64_t wr_id,
 	return wc;
 }
 
+/* ibv_create_qp_ex with `at`, extended (ibv_wr_*) with `send_ops` if not 0. */
+static inline struct ibv_qp *qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *at,
+				   uint64_t send_ops)
+{
+	struct ibv_qp *qp;
+
+	if (send_ops) {
+		at->comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		at->send_ops_flags = send_ops;
+	}
+	qp = ibv_create_qp_ex(ctx, at);
+	if (!qp)
+		die("ibv_create_qp_ex: %s", strerror(errno));
+	return qp;
+}
+
 /*
  * An RC QP of `pd` on `cq` (both queues) with room for 16 requests of one
  * SGE each; extended (ibv_wr_*) with `send_ops` if that is not 0.
@@ -160,16 +182,8 @@ static inline struct ibv_qp *rc_qp(struct ibv_context *ctx, struct ibv_pd *pd,
 		.comp_mask = IBV_QP_INIT_ATTR_PD,
 		.pd = pd,
 	};
-	struct ibv_qp *qp;
 
-	if (send_ops) {
-		at.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-		at.send_ops_flags = send_ops;
-	}
-	qp = ibv_create_qp_ex(ctx, &at);
-	if (!qp)
-		die("ibv_create_qp_ex: %s", strerror(errno));
-	return qp;
+	return qp_ex(ctx, &at, send_ops);
 }
 
 /* Posts one signaled request of one SGE (none if `len` is 0). */

@@ -59,17 +59,8 @@ static union ibv_gid gid_of(struct ibv_context *ctx)
 	return g;
 }
 
-static int to_init(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-	};
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				     IBV_QP_ACCESS_FLAGS);
-}
+/* What the QPs here grant their peers. */
+#define INIT_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
 
 static struct ibv_mr *reg(struct ibv_pd *pd, void *p, size_t n)
 {
@@ -382,7 +373,7 @@ static int run_qpex(int threads, int batches)
 	}
 	union ibv_gid cg = gid_of(cctx), sg = gid_of(sctx);
 
-	if (to_init(q->cqp) || to_init(q->sqp))
+	if (to_init(q->cqp, INIT_ACCESS) || to_init(q->sqp, INIT_ACCESS))
 		die("modify_qp to INIT: %s", strerror(errno));
 	for (uint64_t k = 0; k < RQ_DEPTH; k++)
 		post_rbuf(q, k);
@@ -535,7 +526,7 @@ static struct ibv_qp *new_qp(struct endpoint *e)
 
 	if (!qp)
 		die("ibv_create_qp: %s", strerror(errno));
-	if (to_init(qp))
+	if (to_init(qp, INIT_ACCESS))
 		die("modify_qp to INIT: %s", strerror(errno));
 	return qp;
 }
