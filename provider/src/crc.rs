@@ -32,25 +32,27 @@ fn x86_short(crc: u32, data: &[u8]) -> u32 {
 fn sse42(crc: u32, data: &[u8]) -> u32 {
     use std::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
     let n = data.len();
-    let mut i = 0;
+    let p = data.as_ptr();
     // The instruction works on the register form (no pre- or post-inversion).
     let mut c = u64::from(!crc);
-    while i + 8 <= n {
-        let w = u64::from_le_bytes(data[i..i + 8].try_into().expect("8 bytes"));
-        c = _mm_crc32_u64(c, w);
-        i += 8;
+    let mut i = 0;
+    // SAFETY: every read lies inside the `n` bytes of `data`.
+    unsafe {
+        while n - i >= 8 {
+            c = _mm_crc32_u64(c, p.add(i).cast::<u64>().read_unaligned());
+            i += 8;
+        }
+        let mut c = c as u32;
+        if n - i >= 4 {
+            c = _mm_crc32_u32(c, p.add(i).cast::<u32>().read_unaligned());
+            i += 4;
+        }
+        while i < n {
+            c = _mm_crc32_u8(c, *p.add(i));
+            i += 1;
+        }
+        !c
     }
-    let mut c = c as u32;
-    if i + 4 <= n {
-        let w = u32::from_le_bytes(data[i..i + 4].try_into().expect("4 bytes"));
-        c = _mm_crc32_u32(c, w);
-        i += 4;
-    }
-    while i < n {
-        c = _mm_crc32_u8(c, data[i]);
-        i += 1;
-    }
-    !c
 }
 
 #[cfg(test)]

@@ -240,6 +240,28 @@ pub fn post_recv_ring<'a>(
     Ok(())
 }
 
+/// Takes the oldest receive WQE off a ring if it has exactly one SGE: its
+/// wr_id and that SGE (None, and nothing taken, otherwise). The caller
+/// serialises consumers.
+#[inline]
+pub fn take_single(ring: &Ring) -> Option<(u64, Sge)> {
+    let c = ring.consumer();
+    if ring.producer() == c {
+        return None;
+    }
+    // SAFETY: slot `c` is published and consumers are serialised by the
+    // caller; a WQE with one SGE has it right behind the header.
+    let (hdr, sge) = unsafe {
+        let hdr: RecvWqe = ring.read(c, 0);
+        if hdr.num_sge != 1 {
+            return None;
+        }
+        (hdr, ring.read::<Sge>(c, std::mem::size_of::<RecvWqe>()))
+    };
+    ring.release(c.wrapping_add(1));
+    Some((hdr.wr_id, sge))
+}
+
 /// Takes the oldest receive WQE off a ring; the caller serialises consumers.
 #[inline]
 pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {

@@ -6,13 +6,13 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use xiw_abi::ring::{Cqe, Sge};
 use xiw_abi::verbs::*;
-use xiw_engine::recv::{self, Receiver, RecvCompletion};
+use xiw_engine::recv::{self, Receiver, RecvCompletion, Whole};
 use xiw_engine::send::{ReadArrival, Span};
 
 use crate::ibv;
 use crate::mem::AccessError;
 use crate::qpcore::QpCore;
-use crate::queue::{sge_spans, RecvJob};
+use crate::queue::{sge_spans, take_single, RecvJob, RecvSges};
 use crate::sock;
 use crate::tx::{Inbound, Outstanding, TxCell};
 use crate::wire::mpa;
@@ -311,31 +311,37 @@ impl recv::Host for Placer<'_> {
     }
 
     fn recv_done(&mut self, job: RecvJob, c: RecvCompletion) {
+        self.complete(job.wr_id, c);
+    }
+
+    fn recv_whole(&mut self, data: &[u8], c: RecvCompletion) -> Result<(), Whole<RecvJob>> {
         let qp = self.qp;
-        let mut cqe = Cqe {
-            wr_id: job.wr_id,
-            byte_len: c.byte_len,
-            qp_num: qp.qpn,
-            opcode: if c.after_write {
-                IBV_WC_RECV_RDMA_WITH_IMM
-            } else {
-                IBV_WC_RECV
-            } as u8,
-            status: IBV_WC_SUCCESS as u8,
-            ..Default::default()
+        let Some(rq) = qp.rq.as_ref() else {
+            return recv::recv_whole_by_parts(self, data, c);
         };
-        if let Some(imm) = c.imm {
-            cqe.wc_flags = IBV_WC_WITH_IMM as u8;
-            cqe.imm_or_inv = imm;
+        // The receive is read where it was posted, its slot released before
+        // anything else happens, as taking it off the ring would.
+        let Some((wr_id, sge)) = take_single(rq) else {
+            return recv::recv_whole_by_parts(self, data, c);
+        };
+        let job = || RecvJob {
+            wr_id,
+            sges: RecvSges::from_buf([sge]),
+            length: u64::from(sge.length),
+        };
+        if data.len() > sge.length as usize {
+            return Err(Whole::TooLong(job()));
         }
-        if let Some(stag) = c.invalidated {
-            cqe.wc_flags = IBV_WC_WITH_INV as u8;
-            cqe.imm_or_inv = stag;
+        if qp
+            .sh
+            .mrs
+            .write(sge.lkey, qp.by(), sge.addr, data, IBV_ACCESS_LOCAL_WRITE)
+            .is_err()
+        {
+            return Err(Whole::BadBuffer(job()));
         }
-        if c.solicited {
-            cqe.wc_flags |= xiw_abi::ring::CQE_F_SOLICITED;
-        }
-        qp.push_cqe(&qp.recv_cq, cqe);
+        self.complete(wr_id, c);
+        Ok(())
     }
 
     fn recv_failed(&mut self, job: RecvJob, status: Status) {
@@ -416,6 +422,38 @@ impl recv::Host for Placer<'_> {
         );
         self.tx.lock(qp).engine.gate = false;
         self.tx.kick(qp);
+    }
+}
+
+impl Placer<'_> {
+    /// Completes the receive `wr_id` as `c` says.
+    #[inline]
+    fn complete(&mut self, wr_id: u64, c: RecvCompletion) {
+        let qp = self.qp;
+        let mut cqe = Cqe {
+            wr_id,
+            byte_len: c.byte_len,
+            qp_num: qp.qpn,
+            opcode: if c.after_write {
+                IBV_WC_RECV_RDMA_WITH_IMM
+            } else {
+                IBV_WC_RECV
+            } as u8,
+            status: IBV_WC_SUCCESS as u8,
+            ..Default::default()
+        };
+        if let Some(imm) = c.imm {
+            cqe.wc_flags = IBV_WC_WITH_IMM as u8;
+            cqe.imm_or_inv = imm;
+        }
+        if let Some(stag) = c.invalidated {
+            cqe.wc_flags = IBV_WC_WITH_INV as u8;
+            cqe.imm_or_inv = stag;
+        }
+        if c.solicited {
+            cqe.wc_flags |= xiw_abi::ring::CQE_F_SOLICITED;
+        }
+        qp.push_cqe(&qp.recv_cq, cqe);
     }
 }
 

@@ -96,6 +96,15 @@ pub trait Host {
     fn scatter_recv(&mut self, r: &Self::Recv, off: u64, data: &[u8]) -> Result<(), AccessFault>;
     fn recv_done(&mut self, r: Self::Recv, c: RecvCompletion);
     fn recv_failed(&mut self, r: Self::Recv, status: Status);
+    /// A whole message in one segment, into the next posted receive: takes
+    /// it, places `data` at its start and completes it with `c`; on a
+    /// failure, nothing is completed, and the receive taken (if any) comes
+    /// back for the engine to fail. The same as [`take_recv`](Host::take_recv),
+    /// [`scatter_recv`](Host::scatter_recv) and [`recv_done`](Host::recv_done)
+    /// in turn, which is what it does unless the driver has a shorter way.
+    fn recv_whole(&mut self, data: &[u8], c: RecvCompletion) -> Result<(), Whole<Self::Recv>> {
+        recv_whole_by_parts(self, data, c)
+    }
     /// Copies `data` into local buffer `l` at offset `off`.
     fn scatter(&mut self, l: &Self::Local, off: u64, data: &[u8]) -> Result<(), AccessFault>;
     fn local_len(&self, l: &Self::Local) -> u64;
@@ -124,6 +133,36 @@ pub trait Host {
     fn queue_request(&mut self, req: Inbound) -> bool;
     /// The peer's first FPDU arrived: this side may transmit (RFC 6581 section 6).
     fn may_transmit(&mut self);
+}
+
+/// Why [`Host::recv_whole`] placed nothing.
+#[derive(Debug)]
+pub enum Whole<R> {
+    /// No receive is posted.
+    NoRecv,
+    /// The message is longer than receive `R`.
+    TooLong(R),
+    /// Receive `R` names memory it may not write.
+    BadBuffer(R),
+}
+
+/// [`Host::recv_whole`] through the host's separate steps.
+pub fn recv_whole_by_parts<H: Host + ?Sized>(
+    host: &mut H,
+    data: &[u8],
+    c: RecvCompletion,
+) -> Result<(), Whole<H::Recv>> {
+    let Some(r) = host.take_recv() else {
+        return Err(Whole::NoRecv);
+    };
+    if data.len() as u64 > host.recv_len(&r) {
+        return Err(Whole::TooLong(r));
+    }
+    if host.scatter_recv(&r, 0, data).is_err() {
+        return Err(Whole::BadBuffer(r));
+    }
+    host.recv_done(r, c);
+    Ok(())
 }
 
 /// The receive state of an established stream.
@@ -482,11 +521,101 @@ impl<R> Receiver<R> {
         Ok(())
     }
 
+    /// The commonest messages, known by the exact bytes of their headers: a
+    /// whole Send (with or without Solicited Event) in one segment, and the
+    /// last segment of an RDMA Write, on a stream in its steady state (no
+    /// ready-to-receive message awaited, no Immediate Data waiting for its
+    /// Send, no Send being received). Each is handled as [`Receiver::segment`]
+    /// would handle it, with less decoding; `None` for anything else, which
+    /// takes the general path (where every other byte value is judged).
+    #[inline(always)]
+    fn steady<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        ulpdu: &[u8],
+    ) -> Option<Result<(), Fail>> {
+        const LAST: u8 = ddp::FLAG_LAST | ddp::DDP_VERSION;
+        const RV: u8 = rdmap::RDMAP_VERSION << 6;
+        const SEND: u8 = RV | rdmap::Opcode::Send as u8;
+        const SEND_SE: u8 = RV | rdmap::Opcode::SendSolicited as u8;
+        const WRITE: u8 = RV | rdmap::Opcode::Write as u8;
+        if self.rtr != mpa::Rtr::None || self.pending_imm.is_some() || self.cur.is_some() {
+            return None;
+        }
+        let be32 = |at: usize| wire::be::u32_at(ulpdu, at..at + 4);
+        match *ulpdu {
+            [LAST, op @ (SEND | SEND_SE), ..] if ulpdu.len() >= ddp::UNTAGGED_HDR_LEN => {
+                // Queue number, MSN and MO follow the ULP word.
+                if be32(6) != ddp::QN_SEND as u32 || be32(10) != self.msn[0] || be32(14) != 0 {
+                    return None;
+                }
+                self.after_write = None;
+                let (dhdr, payload) = ulpdu.split_at(ddp::UNTAGGED_HDR_LEN);
+                let op = if op == SEND {
+                    rdmap::Opcode::Send
+                } else {
+                    rdmap::Opcode::SendSolicited
+                };
+                Some(self.whole_send(host, op, payload, dhdr))
+            }
+            [ddp::FLAG_TAGGED | LAST, WRITE, ..] if ulpdu.len() >= ddp::TAGGED_HDR_LEN => {
+                let stag = be32(2);
+                let to = wire::be::u64_at(ulpdu, 6..14);
+                let (dhdr, payload) = ulpdu.split_at(ddp::TAGGED_HDR_LEN);
+                if !payload.is_empty() {
+                    if let Err(e) = host.place(stag, to, payload, access::REMOTE_WRITE, self.access)
+                    {
+                        return Some(Err(Fail::placement(e, dhdr, "RDMA Write refused")));
+                    }
+                }
+                let len = std::mem::take(&mut self.write_len) + payload.len() as u64;
+                self.after_write = Some(len);
+                Some(Ok(()))
+            }
+            _ => None,
+        }
+    }
+
+    /// A whole Send in one segment, with no receive in progress: the host
+    /// takes, fills and completes the receive in one step.
+    fn whole_send<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        op: rdmap::Opcode,
+        payload: &[u8],
+        dhdr: &[u8],
+    ) -> Result<(), Fail> {
+        let done = RecvCompletion {
+            byte_len: payload.len() as u32,
+            imm: self.pending_imm.take(),
+            solicited: std::mem::take(&mut self.pending_se) || op == rdmap::Opcode::SendSolicited,
+            ..Default::default()
+        };
+        match host.recv_whole(payload, done) {
+            Ok(()) => {
+                self.msn[0] = self.msn[0].wrapping_add(1);
+                Ok(())
+            }
+            Err(Whole::NoRecv) => Err(no_receive(dhdr)),
+            Err(Whole::TooLong(job)) => {
+                self.cur = Some(job);
+                Err(too_long(dhdr))
+            }
+            Err(Whole::BadBuffer(job)) => {
+                self.cur = Some(job);
+                Err(bad_receive(dhdr))
+            }
+        }
+    }
+
     /// One FPDU.
     fn segment<H: Host<Recv = R>>(&mut self, host: &mut H, fpdu: &[u8]) -> Result<(), Fail> {
         let Ok(ulpdu) = mpa::check_fpdu_with(fpdu, self.crc.then_some(self.crc32c)) else {
             return Err(Fail::terminate(Cause::MPA_CRC, None, None, "MPA CRC error"));
         };
+        if let Some(r) = self.steady(host, ulpdu) {
+            return r;
+        }
         let (hdr, hlen) = match ddp::HeaderRepr::parse(ulpdu) {
             Ok(v) => v,
             Err(wire::Error::BadVersion) => {
@@ -697,13 +826,11 @@ impl<R> Receiver<R> {
                     "first segment with non-zero MO",
                 ));
             }
+            if last && matches!(op, rdmap::Opcode::Send | rdmap::Opcode::SendSolicited) {
+                return self.whole_send(host, op, payload, dhdr);
+            }
             let Some(job) = host.take_recv() else {
-                return Err(Fail::terminate(
-                    Cause::DDP_U_INVALID_MSN_NO_BUFFER,
-                    Some(dhdr),
-                    None,
-                    "Send with no receive posted",
-                ));
+                return Err(no_receive(dhdr));
             };
             self.cur = Some(job);
             self.placed = 0;
@@ -718,26 +845,10 @@ impl<R> Receiver<R> {
         }
         let job = self.cur.as_ref().expect("receive in progress");
         if self.placed + payload.len() as u64 > host.recv_len(job) {
-            return Err(Fail {
-                rq_status: Some(Status::LocalLength),
-                ..Fail::terminate(
-                    Cause::DDP_U_MSG_TOO_LONG,
-                    Some(dhdr),
-                    None,
-                    "Send longer than the receive buffer",
-                )
-            });
+            return Err(too_long(dhdr));
         }
         if host.scatter_recv(job, self.placed, payload).is_err() {
-            return Err(Fail {
-                rq_status: Some(Status::LocalProtection),
-                ..Fail::terminate(
-                    Cause::RDMAP_OP_CATASTROPHIC_STREAM,
-                    Some(dhdr),
-                    None,
-                    "receive buffer with a bad lkey",
-                )
-            });
+            return Err(bad_receive(dhdr));
         }
         self.placed += payload.len() as u64;
         if !last {
@@ -1125,6 +1236,45 @@ fn response<H: Host>(
 /// The local buffer a Read's data lands in cannot be written.
 fn sink_lost() -> Fail {
     Fail::local(Status::LocalProtection, "read sink with a bad lkey")
+}
+
+/// A Send found no receive posted.
+#[cold]
+fn no_receive(dhdr: &[u8]) -> Fail {
+    Fail::terminate(
+        Cause::DDP_U_INVALID_MSN_NO_BUFFER,
+        Some(dhdr),
+        None,
+        "Send with no receive posted",
+    )
+}
+
+/// A Send is longer than its receive.
+#[cold]
+fn too_long(dhdr: &[u8]) -> Fail {
+    Fail {
+        rq_status: Some(Status::LocalLength),
+        ..Fail::terminate(
+            Cause::DDP_U_MSG_TOO_LONG,
+            Some(dhdr),
+            None,
+            "Send longer than the receive buffer",
+        )
+    }
+}
+
+/// A Send's receive names memory it may not write.
+#[cold]
+fn bad_receive(dhdr: &[u8]) -> Fail {
+    Fail {
+        rq_status: Some(Status::LocalProtection),
+        ..Fail::terminate(
+            Cause::RDMAP_OP_CATASTROPHIC_STREAM,
+            Some(dhdr),
+            None,
+            "receive buffer with a bad lkey",
+        )
+    }
 }
 
 fn unexpected(dhdr: &[u8]) -> Fail {
