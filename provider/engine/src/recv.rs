@@ -546,7 +546,7 @@ impl<R> Receiver<R> {
         match *ulpdu {
             [LAST, op @ (SEND | SEND_SE), ..] if ulpdu.len() >= ddp::UNTAGGED_HDR_LEN => {
                 // Queue number, MSN and MO follow the ULP word.
-                if be32(6) != ddp::QN_SEND as u32 || be32(10) != self.msn[0] || be32(14) != 0 {
+                if be32(6) != ddp::QN_SEND || be32(10) != self.msn[0] || be32(14) != 0 {
                     return None;
                 }
                 self.after_write = None;
