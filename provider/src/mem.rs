@@ -602,6 +602,7 @@ impl MrTable {
     }
 
     /// Copies `data` into `[to, to+len)` of `stag`, after every check.
+    #[inline]
     pub fn write(
         &self,
         stag: u32,
@@ -614,6 +615,7 @@ impl MrTable {
     }
 
     /// As [`MrTable::write`], for a remote request on a QP whose `qp_access_flags` are `allowed`.
+    #[inline]
     pub fn write_allowed(
         &self,
         stag: u32,
@@ -625,9 +627,7 @@ impl MrTable {
     ) -> Result<(), AccessError> {
         self.with_mr_allowed(stag, by, to, data.len(), need, allowed, |p, mr| {
             if mr.odp() {
-                return crate::odp::write(p, data)
-                    .then_some(())
-                    .ok_or(AccessError::Access);
+                return odp_write(p, data);
             }
             // SAFETY: the range lies inside a registered MR (checked under the read lock,
             // which deregistration must wait for); registration is the owner's promise
@@ -838,6 +838,16 @@ unsafe fn copy_to(dst: *mut u8, src: &[u8]) {
             *dst = *s;
         }
     }
+}
+
+/// Copies `data` to `p` in an on-demand paging MR (kept out of line: the
+/// common write goes to pinned memory).
+#[cold]
+#[inline(never)]
+fn odp_write(p: u64, data: &[u8]) -> Result<(), AccessError> {
+    crate::odp::write(p, data)
+        .then_some(())
+        .ok_or(AccessError::Access)
 }
 
 /// Unbinds the window at `index`, if it is bound: it grants nothing, and its

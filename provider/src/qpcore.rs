@@ -338,6 +338,7 @@ impl QpCore {
         );
     }
 
+    #[inline]
     pub fn push_cqe(&self, cq: &Cq, cqe: Cqe) {
         if !cq.push(cqe) {
             self.sh.cq_overflow(cq.id);

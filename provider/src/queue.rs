@@ -218,21 +218,36 @@ pub fn post_recv_ring<'a>(
         if p.wrapping_sub(ring.consumer()) >= ring.entries {
             return Err((i, libc::ENOMEM));
         }
-        let length: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        let hdr = RecvWqe {
-            wr_id,
-            num_sge: sges.len() as u32,
-            length: length.min(u32::MAX as u64) as u32,
-        };
+        const AT: usize = std::mem::size_of::<RecvWqe>();
         // SAFETY: slot `p` is free and producers are serialised by the caller's lock;
         // `max_sge` SGEs fit the stride the ring was made with, behind the header.
         unsafe {
-            ring.write(p, 0, hdr);
-            std::ptr::copy_nonoverlapping(
-                sges.as_ptr() as *const u8,
-                ring.slot(p).add(std::mem::size_of::<RecvWqe>()),
-                std::mem::size_of_val(sges),
-            );
+            if let [s] = sges {
+                // The usual receive: one SGE, stored as a value.
+                ring.write(
+                    p,
+                    0,
+                    RecvWqe {
+                        wr_id,
+                        num_sge: 1,
+                        length: s.length,
+                    },
+                );
+                ring.write(p, AT, *s);
+            } else {
+                let length: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+                let hdr = RecvWqe {
+                    wr_id,
+                    num_sge: sges.len() as u32,
+                    length: length.min(u32::MAX as u64) as u32,
+                };
+                ring.write(p, 0, hdr);
+                std::ptr::copy_nonoverlapping(
+                    sges.as_ptr() as *const u8,
+                    ring.slot(p).add(AT),
+                    std::mem::size_of_val(sges),
+                );
+            }
         }
         p = p.wrapping_add(1);
         ring.publish(p);

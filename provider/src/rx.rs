@@ -314,6 +314,7 @@ impl recv::Host for Placer<'_> {
         self.complete(job.wr_id, c);
     }
 
+    #[inline]
     fn recv_whole(&mut self, data: &[u8], c: RecvCompletion) -> Result<(), Whole<RecvJob>> {
         let qp = self.qp;
         let Some(rq) = qp.rq.as_ref() else {

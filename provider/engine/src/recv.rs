@@ -578,6 +578,7 @@ impl<R> Receiver<R> {
 
     /// A whole Send in one segment, with no receive in progress: the host
     /// takes, fills and completes the receive in one step.
+    #[inline]
     fn whole_send<H: Host<Recv = R>>(
         &mut self,
         host: &mut H,
