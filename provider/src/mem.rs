@@ -693,6 +693,29 @@ impl MrTable {
         })
     }
 
+    /// As [`MrTable::gather`] for one SGE: fills `out` from `[to, to+len)`
+    /// of `stag`, after every check (nothing to check for no bytes).
+    #[inline]
+    pub fn read_into(&self, stag: u32, by: By, to: u64, out: &mut [u8]) -> Result<(), AccessError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.with_mr_allowed(stag, by, to, out.len(), NEED_NONE, u32::MAX, |p, mr| {
+            if mr.odp() {
+                return odp_read(p, out);
+            }
+            // SAFETY: `out.len()` bytes inside a registered MR, which stays
+            // registered while the read lock is held.
+            unsafe {
+                copy_to(
+                    out.as_mut_ptr(),
+                    std::slice::from_raw_parts(p as *const u8, out.len()),
+                )
+            };
+            Ok(())
+        })?
+    }
+
     /// Runs `f` with the table held for reading: memory [`Reader::mem`]
     /// resolves stays registered until `f` returns (deregistration waits).
     pub fn with_reader<R>(&self, f: impl FnOnce(&Reader<'_>) -> R) -> R {
@@ -846,6 +869,15 @@ unsafe fn copy_to(dst: *mut u8, src: &[u8]) {
 #[inline(never)]
 fn odp_write(p: u64, data: &[u8]) -> Result<(), AccessError> {
     crate::odp::write(p, data)
+        .then_some(())
+        .ok_or(AccessError::Access)
+}
+
+/// Fills `out` from `p` in an on-demand paging MR (out of line, as [`odp_write`]).
+#[cold]
+#[inline(never)]
+fn odp_read(p: u64, out: &mut [u8]) -> Result<(), AccessError> {
+    crate::odp::read(p, out)
         .then_some(())
         .ok_or(AccessError::Access)
 }

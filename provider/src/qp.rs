@@ -103,7 +103,7 @@ impl Qp {
         r
     }
 
-    /// A lone Send or RDMA Write whose payload, `wqe.length` bytes that
+    /// A lone Send or RDMA Write (`op`, whose WQE `wqe` is) whose payload, `wqe.length` bytes that
     /// `fill` gathers at post time, fits one FPDU, framed and handed to the
     /// stream on the posting thread without passing through the send queue
     /// ring, when the QP is in RTS and nothing is queued or unfinished ahead
@@ -117,11 +117,9 @@ impl Qp {
     pub fn post_now(
         &self,
         mut wqe: SendWqe,
+        op: send::NowOp,
         fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
     ) -> bool {
-        let Some(op) = tx::data_op(&wqe) else {
-            return false;
-        };
         let mut posts = self.sq_post.lock();
         self.sh.note_app_cpu_sometimes(&mut posts);
         if self.state() != IBV_QPS_RTS {
@@ -141,7 +139,7 @@ impl Qp {
         if self.sh.cfg.confirm && wqe.flags & wqe_flag::SIGNALED != 0 {
             return false;
         }
-        let r = tx.send_now(&self.core, &op, wqe.length as usize, fill);
+        let r = tx.send_now(&self.core, op, wqe.length as usize, fill);
         match r {
             Ok(None) => return false,
             Ok(Some(true)) => {

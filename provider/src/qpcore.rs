@@ -289,7 +289,12 @@ impl QpCore {
     }
 
     /// Reports a send-side completion (in order) to the send CQ.
+    #[inline]
     pub fn complete_send(&self, wqe: &SendWqe, status: u32) {
+        // An unsignaled request that succeeded leaves no completion.
+        if status == IBV_WC_SUCCESS && wqe.flags & ring::wqe_flag::SIGNALED == 0 {
+            return;
+        }
         self.complete_send_len(wqe, status, None)
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
 use xiw_engine::send::{
-    self, AtomicOp, Completion, Piece, Sender, Span, WindowBind, Wr, WrClass, WrOp,
+    self, AtomicOp, Completion, NowOp, Piece, Sender, Span, WindowBind, Wr, WrClass, WrOp,
 };
 
 use crate::mem::{self, AccessError, NEED_NONE};
@@ -153,7 +153,7 @@ impl Tx {
     pub fn send_now(
         &mut self,
         qp: &QpCore,
-        op: &WrOp<Arc<[Sge]>>,
+        op: NowOp,
         len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
     ) -> Result<Option<bool>, Fail> {
@@ -161,6 +161,29 @@ impl Tx {
         if self.engine.frame_now(op, len, fill) != Ok(true) {
             return Ok(None);
         }
+        // The FPDU just framed is all that is pending (the sender was idle,
+        // and a request framed now is never sent in place): one send of it,
+        // usually taken whole.
+        let out = self.engine.pending();
+        let want = out.len();
+        // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
+        // QP's stream, kept open until the QP is dropped.
+        let n = unsafe {
+            sock::send_raw(
+                fd,
+                out.as_ptr(),
+                want,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            self.engine.advance(n as usize);
+            if n as usize == want {
+                return Ok(Some(true));
+            }
+        }
+        // Part of it, or nothing (the stream is full, or failing): the usual
+        // way, which retries and arms the stream or reports the error.
         self.write_out(qp, fd).map(Some)
     }
 

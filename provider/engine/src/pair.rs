@@ -173,7 +173,10 @@ impl Endpoint {
             b.copy_from_slice(&payload);
             Ok::<(), ()>(())
         };
-        if self.tx.frame_now(&w.op, len, fill) != Ok(true) {
+        let Some(op) = w.op.now_op() else {
+            return false;
+        };
+        if self.tx.frame_now(op, len, fill) != Ok(true) {
             return false;
         }
         self.mem.sq.pop_front();

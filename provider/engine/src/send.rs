@@ -51,6 +51,43 @@ pub enum AtomicOp {
     },
 }
 
+/// A request [`Sender::frame_now`] frames: a Send or an RDMA Write without
+/// Immediate Data, whose one FPDU completes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NowOp {
+    Send {
+        solicited: bool,
+        invalidate: Option<u32>,
+    },
+    Write {
+        stag: u32,
+        to: u64,
+    },
+}
+
+impl<L> WrOp<L> {
+    /// The request as [`Sender::frame_now`] takes it, if it is one it frames.
+    pub fn now_op(&self) -> Option<NowOp> {
+        match *self {
+            WrOp::Send {
+                solicited,
+                invalidate,
+                imm: None,
+            } => Some(NowOp::Send {
+                solicited,
+                invalidate,
+            }),
+            WrOp::Write {
+                stag,
+                to,
+                imm: None,
+                ..
+            } => Some(NowOp::Write { stag, to }),
+            _ => None,
+        }
+    }
+}
+
 /// What a work request asks for. `L` is the driver's local buffer list, where
 /// a response lands.
 #[derive(Clone, Debug)]
@@ -645,7 +682,7 @@ impl<L: Clone + Default, P> Sender<L, P> {
     /// request with [`Sender::complete_at`].
     pub fn frame_now<E>(
         &mut self,
-        op: &WrOp<L>,
+        op: NowOp,
         len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
     ) -> Result<bool, E> {
@@ -653,23 +690,16 @@ impl<L: Clone + Default, P> Sender<L, P> {
             return Ok(false);
         }
         let msn = self.msn[ddp::QN_SEND as usize];
-        let (hdr, send) = match *op {
-            WrOp::Send {
+        let (hdr, send) = match op {
+            NowOp::Send {
                 solicited,
                 invalidate,
-                imm: None,
             } => {
                 let op = send_opcode(invalidate.is_some(), solicited);
                 let inv = invalidate.unwrap_or(0);
                 (untagged(op, inv, ddp::QN_SEND, msn, 0, true), true)
             }
-            WrOp::Write {
-                stag,
-                to,
-                imm: None,
-                ..
-            } => (tagged(rdmap::Opcode::Write, stag, to, true), false),
-            _ => return Ok(false),
+            NowOp::Write { stag, to } => (tagged(rdmap::Opcode::Write, stag, to, true), false),
         };
         self.put_fpdu(&hdr, &[], len, fill)?;
         if send {

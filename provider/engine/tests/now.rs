@@ -100,7 +100,7 @@ fn now(crc: bool, mulpdu: usize, reqs: &[(WrOp<Sges>, usize, usize)]) -> Vec<u8>
     for (op, off, len) in reqs {
         assert!(tx.idle());
         let src = &m.arena[*off..off + len];
-        let framed = tx.frame_now(op, *len, |b| fill(b, src));
+        let framed = tx.frame_now(op.now_op().expect("framed now"), *len, |b| fill(b, src));
         assert_eq!(framed, Ok(true), "{op:?}");
         out.extend_from_slice(tx.pending());
         let n = tx.pending().len();
@@ -117,8 +117,10 @@ fn fill(out: &mut [u8], src: &[u8]) -> Result<(), ()> {
 
 /// `frame_now` with `payload`: whether it framed it.
 fn try_now(tx: &mut Sender<Sges, Sges>, op: &WrOp<Sges>, payload: &[u8]) -> bool {
-    tx.frame_now(op, payload.len(), |b| fill(b, payload))
-        .unwrap()
+    op.now_op().is_some_and(|op| {
+        tx.frame_now(op, payload.len(), |b| fill(b, payload))
+            .unwrap()
+    })
 }
 
 #[test]
@@ -206,7 +208,10 @@ fn a_request_that_does_not_qualify_changes_nothing() {
 fn a_payload_that_cannot_be_gathered_frames_nothing_and_takes_no_msn() {
     for crc in [true, false] {
         let mut tx = sender(crc, 1024);
-        assert_eq!(tx.frame_now(&ops()[0], 10, |_| Err("gone")), Err("gone"));
+        assert_eq!(
+            tx.frame_now(ops()[0].now_op().expect("framed now"), 10, |_| Err("gone")),
+            Err("gone")
+        );
         assert!(tx.idle() && !tx.has_pending());
         // The next Send still carries MSN 1.
         let reqs = [(ops()[0].clone(), 0, 10)];

@@ -1,6 +1,7 @@
 //! Queue pairs: creation, state, posting.
 
 use super::*;
+use xiw_engine::send::NowOp;
 
 pub const SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
     | IBV_QP_EX_WITH_SEND_WITH_INV
@@ -628,33 +629,69 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
     if n > q.caps.max_send_sge as usize || (n > 0 && w.sg_list.is_null()) {
         return false;
     }
-    // SAFETY: per the function contract.
-    let (mut wqe, done) = unsafe { data_wqe(w) };
-    if !done {
-        return false;
-    }
+    let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
+    let mut wqe = SendWqe {
+        wr_id: w.wr_id,
+        ..Default::default()
+    };
+    // SAFETY: reading the union member that matches the opcode.
+    let op = unsafe {
+        match w.opcode {
+            IBV_WR_SEND => {
+                wqe.opcode = op::SEND;
+                NowOp::Send {
+                    solicited,
+                    invalidate: None,
+                }
+            }
+            IBV_WR_SEND_WITH_INV => {
+                wqe.opcode = op::SEND_INV;
+                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
+                NowOp::Send {
+                    solicited,
+                    invalidate: Some(wqe.imm_or_inv),
+                }
+            }
+            IBV_WR_RDMA_WRITE => {
+                wqe.opcode = op::WRITE;
+                wqe.remote_addr = w.wr.rdma.remote_addr;
+                wqe.rkey = w.wr.rdma.rkey;
+                NowOp::Write {
+                    stag: wqe.rkey,
+                    to: wqe.remote_addr,
+                }
+            }
+            _ => return false,
+        }
+    };
     // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
     let sges = unsafe { sges(w.sg_list, n) };
-    let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+    let total: u64 = match sges {
+        [s] => u64::from(s.length),
+        _ => sges.iter().map(|s| u64::from(s.length)).sum(),
+    };
     let inline = w.send_flags & IBV_SEND_INLINE != 0;
     if total > q.sh.cfg.post_now_max || (inline && total > u64::from(q.caps.max_inline)) {
         return false;
     }
     wqe.length = total as u32;
     wqe.flags = wqe_flags(w.send_flags);
-    let parts = sges.iter().map(|s| (s.lkey, s.addr, s.length as usize));
-    q.post_now(wqe, |out| {
-        if !inline {
-            return q.sh.mrs.gather(q.by(), parts, out).map(|_| ());
+    q.post_now(wqe, op, |out| {
+        if inline {
+            let mut at = 0;
+            for s in sges {
+                // SAFETY: the caller's buffers, as posting inline data names them.
+                let src = unsafe { inline_bytes(s) };
+                out[at..at + src.len()].copy_from_slice(src);
+                at += src.len();
+            }
+            return Ok(());
         }
-        let mut at = 0;
-        for s in sges {
-            // SAFETY: the caller's buffers, as posting inline data names them.
-            let src = unsafe { inline_bytes(s) };
-            out[at..at + src.len()].copy_from_slice(src);
-            at += src.len();
+        if let [s] = sges {
+            return q.sh.mrs.read_into(s.lkey, q.by(), s.addr, out);
         }
-        Ok(())
+        let parts = sges.iter().map(|s| (s.lkey, s.addr, s.length as usize));
+        q.sh.mrs.gather(q.by(), parts, out).map(|_| ())
     })
 }
 
