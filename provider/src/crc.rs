@@ -38,9 +38,28 @@ fn sse42(crc: u32, data: &[u8]) -> u32 {
     let mut i = 0;
     // SAFETY: every read lies inside the `n` bytes of `data`.
     unsafe {
-        while n - i >= 8 {
-            c = _mm_crc32_u64(c, p.add(i).cast::<u64>().read_unaligned());
-            i += 8;
+        let word = |at: usize| p.add(at).cast::<u64>().read_unaligned();
+        // The FPDU of a small message (up to 32 bytes) takes a few
+        // instructions in a row, not a loop.
+        if n <= 32 {
+            if n >= 16 {
+                c = _mm_crc32_u64(c, word(0));
+                c = _mm_crc32_u64(c, word(8));
+                i = 16;
+            }
+            if n - i >= 8 {
+                c = _mm_crc32_u64(c, word(i));
+                i += 8;
+            }
+            if n - i >= 8 {
+                c = _mm_crc32_u64(c, word(i));
+                i += 8;
+            }
+        } else {
+            while n - i >= 8 {
+                c = _mm_crc32_u64(c, word(i));
+                i += 8;
+            }
         }
         let mut c = c as u32;
         if n - i >= 4 {

@@ -597,14 +597,24 @@ impl<R> Receiver<R> {
                 self.msn[0] = self.msn[0].wrapping_add(1);
                 Ok(())
             }
-            Err(Whole::NoRecv) => Err(no_receive(dhdr)),
-            Err(Whole::TooLong(job)) => {
+            Err(w) => Err(self.whole_failed(w, dhdr)),
+        }
+    }
+
+    /// Why [`Receiver::whole_send`] failed, with the receive it took (if
+    /// any) kept for the failure to complete.
+    #[cold]
+    #[inline(never)]
+    fn whole_failed(&mut self, w: Whole<R>, dhdr: &[u8]) -> Fail {
+        match w {
+            Whole::NoRecv => no_receive(dhdr),
+            Whole::TooLong(job) => {
                 self.cur = Some(job);
-                Err(too_long(dhdr))
+                too_long(dhdr)
             }
-            Err(Whole::BadBuffer(job)) => {
+            Whole::BadBuffer(job) => {
                 self.cur = Some(job);
-                Err(bad_receive(dhdr))
+                bad_receive(dhdr)
             }
         }
     }
