@@ -757,7 +757,17 @@ pub(super) unsafe extern "C" fn post_recv(
         // SAFETY: ours.
         let x = unsafe { qp_of(qp) };
         // SAFETY: the caller's WR list.
-        match x.qp.post_recv(unsafe { recv_list(wr) }) {
+        let r = match unsafe { wr.as_ref() } {
+            // The usual repost: one WR with one SGE.
+            Some(w) if w.next.is_null() && w.num_sge == 1 && !w.sg_list.is_null() => {
+                // SAFETY: the WR names one SGE at `sg_list`.
+                let sge = unsafe { sges(w.sg_list, 1) };
+                x.qp.post_recv(std::iter::once((w.wr_id, sge)))
+            }
+            // SAFETY: as above.
+            _ => x.qp.post_recv(unsafe { recv_list(wr) }),
+        };
+        match r {
             Ok(()) => 0,
             Err((i, e)) => {
                 // SAFETY: as above.
