@@ -27,20 +27,26 @@ pub const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
 /// Then, optionally, the connection attempt's stamp (older xiw sent none: 0).
 pub const PD_STAMP_LEN: usize = 8;
 
-/// `send(2)` made as the bare system call. libc's wrapper is a thread
+/// `send(2)` of `buf` on stream `fd`, never blocking and never raising
+/// SIGPIPE, made as the bare system call (rustix). libc's wrapper is a thread
 /// cancellation point: a program cancelling a thread inside `ibv_post_send`
 /// (or any verb) would leave the provider's locks held. The bare call is no
-/// cancellation point, and costs less. Arguments and result as `send(2)`.
+/// cancellation point, and costs less.
 ///
 /// # Safety
-/// `buf` must be `len` readable bytes.
-pub unsafe fn send_raw(fd: RawFd, buf: *const u8, len: usize, flags: i32) -> isize {
-    // SAFETY: as the caller promised; the two trailing zeros are sendto's
-    // empty destination, which makes it send(2).
-    unsafe { libc::syscall(libc::SYS_sendto, fd, buf, len, flags, 0usize, 0usize) as isize }
+/// `fd` is an open socket for the whole call.
+pub unsafe fn send_now(fd: RawFd, buf: &[u8]) -> std::io::Result<usize> {
+    use rustix::net::SendFlags;
+    // SAFETY: as the caller promised.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    Ok(rustix::net::send(
+        fd,
+        buf,
+        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+    )?)
 }
 
-/// `sendmsg(2)` as [`send_raw`] makes `send(2)`.
+/// `sendmsg(2)` as the bare system call, for the reason [`send_now`] gives.
 ///
 /// # Safety
 /// `msg` must describe readable memory.
@@ -49,7 +55,7 @@ pub unsafe fn sendmsg_raw(fd: RawFd, msg: *const libc::msghdr, flags: i32) -> is
     unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as isize }
 }
 
-/// `recv(2)` as [`send_raw`] makes `send(2)`.
+/// `recv(2)` as the bare system call, for the reason [`send_now`] gives.
 ///
 /// # Safety
 /// `buf` must be `len` writable bytes.
@@ -245,21 +251,16 @@ pub fn bind_for_connect(s: &Socket, local: IpAddr) -> io::Result<()> {
 pub fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(2);
     while !data.is_empty() {
-        // SAFETY: sending from a live slice on our socket.
-        let n = unsafe {
-            send_raw(
-                fd,
-                data.as_ptr(),
-                data.len(),
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
+        // SAFETY: `fd` is our socket, open for the call.
+        let e = match unsafe { send_now(fd, data) } {
+            Ok(n) if n > 0 => {
+                data = &data[n..];
+                continue;
+            }
+            Ok(_) => io::Error::from(io::ErrorKind::WriteZero),
+            Err(e) => e,
         };
-        if n > 0 {
-            data = &data[n as usize..];
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        if n < 0 && e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline {
+        if e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline {
             let mut pfd = libc::pollfd {
                 fd,
                 events: libc::POLLOUT,

@@ -112,33 +112,23 @@ impl Tx {
     /// them all (true) or the socket is full (false: EPOLLOUT is armed).
     fn write_out(&mut self, qp: &QpCore, fd: i32) -> Result<bool, Fail> {
         while self.engine.has_pending() {
-            let n = if self.engine.has_spans() {
+            let r = if self.engine.has_spans() {
                 send_pieces(&self.engine, qp, fd)?
             } else {
-                let out = self.engine.pending();
-                // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
-                // QP's stream, kept open until the QP is dropped.
-                unsafe {
-                    sock::send_raw(
-                        fd,
-                        out.as_ptr(),
-                        out.len(),
-                        libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                    )
-                }
+                // SAFETY: `fd` is the QP's stream, kept open until the QP is dropped.
+                unsafe { sock::send_now(fd, self.engine.pending()) }
             };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
+            match r {
+                Ok(n) => self.engine.advance(n),
+                Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => {
                         self.arm_out(qp, fd, true);
                         return Ok(false);
                     }
                     Some(libc::EINTR) => continue,
                     _ => return Err(crate::sock::stream_error("send", &e)),
-                }
+                },
             }
-            self.engine.advance(n as usize);
         }
         Ok(true)
     }
@@ -166,19 +156,10 @@ impl Tx {
         // usually taken whole.
         let out = self.engine.pending();
         let want = out.len();
-        // SAFETY: `out` is initialised bytes of the engine's buffer; `fd` is the
-        // QP's stream, kept open until the QP is dropped.
-        let n = unsafe {
-            sock::send_raw(
-                fd,
-                out.as_ptr(),
-                want,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n > 0 {
-            self.engine.advance(n as usize);
-            if n as usize == want {
+        // SAFETY: `fd` is the QP's stream, kept open until the QP is dropped.
+        if let Ok(n) = unsafe { sock::send_now(fd, out) } {
+            self.engine.advance(n);
+            if n == want {
                 return Ok(Some(true));
             }
         }
@@ -291,9 +272,13 @@ const MAX_IOV: usize = 64;
 /// bytes, and the spans of registered memory large payloads are sent from in
 /// place, each checked again under the MR table's read lock, which is held
 /// until the kernel has copied them (deregistration waits for it). Returns
-/// what `send` returns; a span whose memory went away fails the QP once
+/// what the send gave; a span whose memory went away fails the QP once
 /// everything before it has gone.
-fn send_pieces(engine: &Sender<Arc<[Sge]>, Body>, qp: &QpCore, fd: i32) -> Result<isize, Fail> {
+fn send_pieces(
+    engine: &Sender<Arc<[Sge]>, Body>,
+    qp: &QpCore,
+    fd: i32,
+) -> Result<std::io::Result<usize>, Fail> {
     qp.sh.mrs.with_reader(|mrs| {
         let mut iov: smallvec::SmallVec<[libc::iovec; MAX_IOV]> = smallvec::SmallVec::new();
         let mut lost: Option<Span> = None;
@@ -326,7 +311,12 @@ fn send_pieces(engine: &Sender<Arc<[Sge]>, Body>, qp: &QpCore, fd: i32) -> Resul
         // SAFETY: every iovec points at initialised bytes: the engine's buffer,
         // or registered memory checked under the read lock held here; `fd` is
         // the QP's stream.
-        Ok(unsafe { sock::sendmsg_raw(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) })
+        let n = unsafe { sock::sendmsg_raw(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        Ok(if n < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        })
     })
 }
 
