@@ -528,12 +528,13 @@ impl<R> Receiver<R> {
     /// Send, no Send being received). Each is handled as [`Receiver::segment`]
     /// would handle it, with less decoding; `None` for anything else, which
     /// takes the general path (where every other byte value is judged).
+    /// (The failure is boxed, as for [`Receiver::whole_send`].)
     #[inline(always)]
     fn steady<H: Host<Recv = R>>(
         &mut self,
         host: &mut H,
         ulpdu: &[u8],
-    ) -> Option<Result<(), Fail>> {
+    ) -> Option<Result<(), Box<Fail>>> {
         const LAST: u8 = ddp::FLAG_LAST | ddp::DDP_VERSION;
         const RV: u8 = rdmap::RDMAP_VERSION << 6;
         const SEND: u8 = RV | rdmap::Opcode::Send as u8;
@@ -565,7 +566,8 @@ impl<R> Receiver<R> {
                 if !payload.is_empty() {
                     if let Err(e) = host.place(stag, to, payload, access::REMOTE_WRITE, self.access)
                     {
-                        return Some(Err(Fail::placement(e, dhdr, "RDMA Write refused")));
+                        let f = Fail::placement(e, dhdr, "RDMA Write refused");
+                        return Some(Err(Box::new(f)));
                     }
                 }
                 let len = std::mem::take(&mut self.write_len) + payload.len() as u64;
@@ -577,7 +579,8 @@ impl<R> Receiver<R> {
     }
 
     /// A whole Send in one segment, with no receive in progress: the host
-    /// takes, fills and completes the receive in one step.
+    /// takes, fills and completes the receive in one step. (The failure is
+    /// boxed so that the common outcome is returned in a register.)
     #[inline]
     fn whole_send<H: Host<Recv = R>>(
         &mut self,
@@ -585,7 +588,7 @@ impl<R> Receiver<R> {
         op: rdmap::Opcode,
         payload: &[u8],
         dhdr: &[u8],
-    ) -> Result<(), Fail> {
+    ) -> Result<(), Box<Fail>> {
         let done = RecvCompletion {
             byte_len: payload.len() as u32,
             imm: self.pending_imm.take(),
@@ -605,8 +608,8 @@ impl<R> Receiver<R> {
     /// any) kept for the failure to complete.
     #[cold]
     #[inline(never)]
-    fn whole_failed(&mut self, w: Whole<R>, dhdr: &[u8]) -> Fail {
-        match w {
+    fn whole_failed(&mut self, w: Whole<R>, dhdr: &[u8]) -> Box<Fail> {
+        Box::new(match w {
             Whole::NoRecv => no_receive(dhdr),
             Whole::TooLong(job) => {
                 self.cur = Some(job);
@@ -616,7 +619,7 @@ impl<R> Receiver<R> {
                 self.cur = Some(job);
                 bad_receive(dhdr)
             }
-        }
+        })
     }
 
     /// One FPDU.
@@ -625,7 +628,7 @@ impl<R> Receiver<R> {
             return Err(Fail::terminate(Cause::MPA_CRC, None, None, "MPA CRC error"));
         };
         if let Some(r) = self.steady(host, ulpdu) {
-            return r;
+            return r.map_err(|f| *f);
         }
         let (hdr, hlen) = match ddp::HeaderRepr::parse(ulpdu) {
             Ok(v) => v,
@@ -838,7 +841,7 @@ impl<R> Receiver<R> {
                 ));
             }
             if last && matches!(op, rdmap::Opcode::Send | rdmap::Opcode::SendSolicited) {
-                return self.whole_send(host, op, payload, dhdr);
+                return self.whole_send(host, op, payload, dhdr).map_err(|f| *f);
             }
             let Some(job) = host.take_recv() else {
                 return Err(no_receive(dhdr));
