@@ -157,7 +157,7 @@ impl Qp {
         tx.owe(p);
         drop(tx);
         if let Err(f) = r {
-            self.defer_fail(f);
+            self.defer_fail(*f);
         }
         true
     }

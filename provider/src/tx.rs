@@ -146,7 +146,7 @@ impl Tx {
         op: NowOp,
         len: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
-    ) -> Result<Option<bool>, Fail> {
+    ) -> Result<Option<bool>, Box<Fail>> {
         let Some(fd) = self.fd else { return Ok(None) };
         if self.engine.frame_now(op, len, fill) != Ok(true) {
             return Ok(None);
@@ -165,7 +165,7 @@ impl Tx {
         }
         // Part of it, or nothing (the stream is full, or failing): the usual
         // way, which retries and arms the stream or reports the error.
-        self.write_out(qp, fd).map(Some)
+        self.write_out(qp, fd).map(Some).map_err(Box::new)
     }
 
     /// The request [`Tx::send_now`] left partly unsent is send queue index
