@@ -163,7 +163,7 @@ impl Cq {
     /// Stores one completion; false if the CQ is full (an overrun). On a CQ
     /// armed for it, the completion also disarms the CQ and (kernel mode)
     /// signals its completion channel.
-    #[inline]
+    #[inline(always)]
     pub fn push(&self, cqe: Cqe) -> bool {
         let event = {
             let _g = self.produce.lock();
