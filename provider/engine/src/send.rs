@@ -584,9 +584,21 @@ impl<L: Clone + Default, P> Sender<L, P> {
     }
 
     /// The stream took `n` more bytes.
+    #[inline]
     pub fn advance(&mut self, n: usize) {
         self.written += n as u64;
         self.active = true;
+        if self.spans.is_empty() && n == self.buf.len() - self.off {
+            // All of it: the usual case for small messages.
+            self.buf.clear();
+            self.off = 0;
+            return;
+        }
+        self.advance_part(n);
+    }
+
+    /// [`Sender::advance`] for anything but all that is pending.
+    fn advance_part(&mut self, n: usize) {
         let mut n = n;
         while n > 0 {
             match self.spans.front() {
