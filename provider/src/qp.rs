@@ -36,7 +36,14 @@ pub struct Qp {
     pub cm: Mutex<cm::Cm>,
     pub rx: Mutex<rx::Rx>,
     pub tx: TxCell,
+    /// A failure whose Terminate the stream had no room for yet: applied
+    /// by the progress thread's timer once the stream has taken it, the
+    /// stream fails, or the time given is up (see [`Qp::fail_with`]).
+    terminating: Mutex<Option<(Instant, Fail)>>,
 }
+
+/// How long a failing QP waits for room to send its Terminate.
+const TERMINATE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl std::ops::Deref for Qp {
     type Target = QpCore;
@@ -52,6 +59,7 @@ impl Qp {
             cm: Mutex::new(cm::Cm::default()),
             rx: Mutex::new(rx::Rx::default()),
             tx: TxCell::new(core.sq.entries),
+            terminating: Mutex::new(None),
             core,
         }
     }
@@ -336,8 +344,15 @@ impl Qp {
     }
 
     /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
-    /// Must be called with none of this QP's locks held.
-    pub fn fail_with(&self, f: Fail) {
+    /// Must be called with none of this QP's locks held. Never waits: a
+    /// Terminate the stream has no room for yet goes out as room comes (the
+    /// stream is watched for it), and the QP fails once it has, or once
+    /// [`TERMINATE_WAIT`] has passed, on the progress thread's timer.
+    pub fn fail_with(&self, mut f: Fail) {
+        if self.lock_terminating().is_some() {
+            // Failing already, on its way to the first failure's end.
+            return;
+        }
         if f.term.is_none() {
             // A responder's stream that ends before the initiator's first FPDU
             // belonged to an abandoned attempt: wait for the next one instead.
@@ -351,30 +366,70 @@ impl Qp {
         if f.linger && self.lock_cm().linger(self) {
             return;
         }
-        if let Some(body) = f.term {
+        if let Some(body) = f.term.take() {
             let mut tx = self.lock_tx();
             if let Some(fd) = tx.fd {
                 tx.engine.terminate(body);
-                for _ in 0..20 {
-                    if tx.run(&self.core).is_err() || !tx.pending() {
-                        break;
-                    }
-                    let mut pfd = libc::pollfd {
-                        fd,
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd; the fd stays open while the QP lives.
-                    unsafe { libc::poll(&mut pfd, 1, 5) };
+                // A full socket leaves the rest pending, and the stream
+                // watched for room (the transmitter arms it).
+                if tx.run(&self.core).is_ok() && tx.pending() {
+                    drop(tx);
+                    // Nothing more is taken in from the peer meanwhile: the
+                    // stream is watched for room only.
+                    self.lock_rx().fd = None;
+                    self.rx_eof.store(true, Ordering::Release);
+                    self.watch_stream(fd, false, true);
+                    crate::log::debug(
+                        &self.sh.log,
+                        format_args!("qp {}: the Terminate waits for room: {}", self.qpn, f.why),
+                    );
+                    *self.lock_terminating() = Some((Instant::now() + TERMINATE_WAIT, f));
+                    self.sh.add_timer(self.qpn);
+                    return;
                 }
             }
         }
+        self.fail_as(f);
+    }
+
+    /// Fails the QP as `f` says (its Terminate, if any, has been dealt with).
+    fn fail_as(&self, f: Fail) {
         self.fail(
             &f.why,
             f.sq_status.map(crate::ibv::status),
             f.rq_status.map(crate::ibv::status),
             crate::ibv::event(f.event),
         );
+    }
+
+    fn lock_terminating(&self) -> MutexGuard<'_, Option<(Instant, Fail)>> {
+        self.terminating.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The timer of a failure waiting for its Terminate to go out: applies
+    /// it once the stream has taken the Terminate, has failed or is gone,
+    /// or the time is up; true while it still waits.
+    fn tick_terminating(&self, now: Instant) -> bool {
+        let mut t = self.lock_terminating();
+        let Some((until, _)) = t.as_ref() else {
+            return false;
+        };
+        if now < *until {
+            let mut tx = self.lock_tx();
+            if tx.fd.is_some() && tx.run(&self.core).is_ok() && tx.pending() {
+                return true;
+            }
+        }
+        let Some((_, f)) = t.take() else {
+            return false;
+        };
+        drop(t);
+        // Unless something else has ended the QP meanwhile (the application,
+        // or a reset), which then stands.
+        if self.state() != IBV_QPS_ERR {
+            self.fail_as(f);
+        }
+        false
     }
 
     /// Completes every outstanding WQE with IBV_WC_WR_FLUSH_ERR (the first SQ one
@@ -407,6 +462,7 @@ impl Qp {
     pub fn reset(&self) {
         self.state.store(IBV_QPS_RESET, Ordering::Release);
         *self.deferred.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.lock_terminating() = None;
         self.detach_stream();
         self.lock_cm().reset(&self.sh);
         let mut rx = self.lock_rx();
@@ -489,11 +545,13 @@ impl Endpoint for Qp {
     }
 
     fn tick(&self, now: Instant) -> bool {
+        let waiting = self.tick_terminating(now);
         let r = self.lock_cm().tick(&self.core, now);
-        r.unwrap_or_else(|why| {
+        let keep = r.unwrap_or_else(|why| {
             self.fail(&why, None, None, IBV_EVENT_QP_FATAL);
             false
-        })
+        });
+        waiting || keep
     }
 
     fn adopt(&self, fd: OwnedFd, req: Request) {

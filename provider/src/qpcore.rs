@@ -77,7 +77,8 @@ pub struct QpCore {
     pub attrs: Mutex<Attrs>,
     /// The socket was full last time: bytes are waiting to go out.
     pub tx_blocked: AtomicBool,
-    /// The peer closed its end: nothing more to read, sending goes on.
+    /// Nothing more to read, sending goes on: the peer closed its end, or
+    /// the QP is failing and only its Terminate still goes out.
     pub rx_eof: AtomicBool,
     /// The `ibv_qp` the application holds, for async events; 0 once destroyed.
     pub handle: AtomicUsize,

@@ -156,6 +156,11 @@ fn mpa_connect(victim_qpn: u32, ask_crc: bool) -> (TcpStream, bool) {
 
 /// Reads until the victim closes; returns the Terminate causes it sent.
 fn read_terminates(s: &mut TcpStream) -> Vec<Cause> {
+    read_terminates_after(s).0
+}
+
+/// As [`read_terminates`], with the number of bytes before the first Terminate.
+fn read_terminates_after(s: &mut TcpStream) -> (Vec<Cause>, usize) {
     let mut all = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -172,6 +177,7 @@ fn read_terminates(s: &mut TcpStream) -> Vec<Cause> {
         }
     }
     let mut causes = Vec::new();
+    let mut first = all.len();
     let mut at = 0;
     while at + 2 <= all.len() {
         let len = u16::from_be_bytes([all[at], all[at + 1]]) as usize;
@@ -185,10 +191,11 @@ fn read_terminates(s: &mut TcpStream) -> Vec<Cause> {
         if is_untagged && u[1] & 0x0f == 7 && qn == 2 {
             let t = &u[18..];
             causes.push(Cause(t[0] >> 4, t[0] & 0x0f, t[1]));
+            first = first.min(at);
         }
         at += total;
     }
-    causes
+    (causes, first)
 }
 
 /// Runs one case: a fresh victim, the MPA exchange, then `attack`.
@@ -571,6 +578,76 @@ fn hostile_extension_frames_get_the_right_terminate() {
         },
         Some(Cause(0, 1, 0)),
     );
+}
+
+/// A peer that stops reading backs up the victim's stream; a Terminate the
+/// victim then owes it waits for room, without holding up the victim's
+/// threads, and goes out once the peer reads again, after everything sent
+/// before it; the victim's QP fails after it. A peer that stays silent past
+/// the wait (1 s) gets no Terminate: the QP fails then, and the stream ends.
+#[test]
+fn a_terminate_waits_for_a_peer_that_stopped_reading() {
+    let _g = serial();
+    let (causes, before, log) = backed_up_terminate(Duration::from_millis(100));
+    assert_eq!(causes.first(), Some(&Cause(1, 1, 0)), "no Terminate: {log}");
+    // More than the victim's first Send came before it: the stream had
+    // backed up when the Terminate was owed.
+    assert!(
+        before > BACKED_UP_SEND,
+        "too little sent before the Terminate: {log}"
+    );
+    let (causes, _, log) = backed_up_terminate(Duration::from_secs(2));
+    assert!(causes.is_empty(), "a Terminate after the wait: {log}");
+}
+
+const BACKED_UP_SEND: usize = 1 << 20;
+
+/// Backs up a victim's stream with its own 1 MiB Sends, makes it owe a
+/// Terminate, reads again after `pause`; returns the Terminate causes, the
+/// bytes before the first, and the victim's log (it has failed cleanly).
+fn backed_up_terminate(pause: Duration) -> (Vec<Cause>, usize, String) {
+    let dev = lo_device();
+    let p = port();
+    let mut victim = dev.cmd("ibv_rc_pingpong");
+    victim
+        .args(["-g", "0", "-p", &p.to_string(), "-n", "1000"])
+        .args(["-s", &BACKED_UP_SEND.to_string(), "-r", "100"])
+        .env("XIW_CONNECT_TIMEOUT_MS", "5000")
+        // Its diagnostics say whether the Terminate had to wait.
+        .env("XIW_DEBUG", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = victim.spawn().expect("ibv_rc_pingpong");
+    let victim_qpn = exchange(p);
+    let (mut s, crc) = mpa_connect(victim_qpn, false);
+    // The victim answers each of these with a 1 MiB Send, which this side
+    // does not read: its stream backs up. (pingpong sends once its last
+    // Send has completed and another message has come, so they are spaced.)
+    for msn in 1..=24 {
+        s.write_all(&fpdu(&untagged(1, 1, 3, 0, 0, msn, 0, b"ping"), crc))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A Write to an STag never advertised: the victim owes a Terminate.
+    s.write_all(&fpdu(&tagged(0, 0x4242_4200, 0x1000, b"stray"), crc))
+        .unwrap();
+    std::thread::sleep(pause);
+    let (causes, before) = read_terminates_after(&mut s);
+    let (out, killed) = wait_until(child, Instant::now() + Duration::from_secs(15));
+    let log = format!(
+        "pause {pause:?}: terminates {causes:?} after {before} bytes\nvictim stdout:\n{}\nvictim stderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!killed, "victim hung: {log}");
+    assert_eq!(out.status.signal(), None, "victim died by a signal: {log}");
+    assert!(!out.status.success(), "victim claims success: {log}");
+    assert!(
+        log.contains("the Terminate waits for room"),
+        "the victim's stream was not backed up when it owed the Terminate: {log}"
+    );
+    (causes, before, log)
 }
 
 #[test]
