@@ -383,7 +383,10 @@ impl Qp {
                         &self.sh.log,
                         format_args!("qp {}: the Terminate waits for room: {}", self.qpn, f.why),
                     );
-                    *self.lock_terminating() = Some((Instant::now() + TERMINATE_WAIT, f));
+                    // The first failure stands, should another thread have
+                    // got here meanwhile.
+                    self.lock_terminating()
+                        .get_or_insert((Instant::now() + TERMINATE_WAIT, f));
                     self.sh.add_timer(self.qpn);
                     return;
                 }
