@@ -35,7 +35,10 @@ pair() {
     [ $c -eq 0 ] || kill $s 2>/dev/null
     wait $s
     r=$?
-    echo "--- server ($r)"; tail -4 /tmp/server; echo "--- client ($c)"; tail -4 /tmp/client
+    # The last lines of each; more of them when either side failed.
+    k=4
+    [ $c -eq 0 ] && [ $r -eq 0 ] || k=40
+    echo "--- server ($r)"; tail -$k /tmp/server; echo "--- client ($c)"; tail -$k /tmp/client
     [ $c -eq 0 ] && [ $r -eq 0 ]
 }
 
@@ -48,7 +51,10 @@ perftest_ok() {
     ! cat /tmp/server /tmp/client | grep -E "Couldn't|Failed|rror|Unable" |
         grep -v -e 'Failed to deallocate PD - ' -e "^Couldn't destroy all SEND resources" |
         grep -q . &&
-        grep -qE "^ *$1 +$2 " /tmp/client
+        grep -qE "^ *$1 +$2 " /tmp/client && return 0
+    # Not: everything both sides said, for the record.
+    echo "--- server, whole"; cat /tmp/server; echo "--- client, whole"; cat /tmp/client
+    return 1
 }
 
 # perftest_pair SERVER CLIENT PORT [NETNS]: pair for perftest with -R. Its
