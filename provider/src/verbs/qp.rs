@@ -429,33 +429,49 @@ pub(super) unsafe extern "C" fn query_qp(
     })
 }
 
-/// The WQE of a Send, Send with Invalidate or RDMA Write, and true; for
-/// another opcode, a WQE with only the wr_id, and false.
+/// The WQE of a Send, Send with Invalidate or RDMA Write, with the request
+/// as the engine frames it at post time; for another opcode, a WQE with only
+/// the wr_id, and None.
 ///
 /// # Safety
 /// `w` is a valid WR.
-unsafe fn data_wqe(w: &ibv_send_wr) -> (SendWqe, bool) {
+unsafe fn data_wqe(w: &ibv_send_wr) -> (SendWqe, Option<NowOp>) {
     let mut wqe = SendWqe {
         wr_id: w.wr_id,
         ..Default::default()
     };
+    let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
     // SAFETY: reading the union member that matches the opcode.
-    unsafe {
+    let op = unsafe {
         match w.opcode {
-            IBV_WR_SEND => wqe.opcode = op::SEND,
+            IBV_WR_SEND => {
+                wqe.opcode = op::SEND;
+                NowOp::Send {
+                    solicited,
+                    invalidate: None,
+                }
+            }
             IBV_WR_SEND_WITH_INV => {
                 wqe.opcode = op::SEND_INV;
                 wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
+                NowOp::Send {
+                    solicited,
+                    invalidate: Some(wqe.imm_or_inv),
+                }
             }
             IBV_WR_RDMA_WRITE => {
                 wqe.opcode = op::WRITE;
                 wqe.remote_addr = w.wr.rdma.remote_addr;
                 wqe.rkey = w.wr.rdma.rkey;
+                NowOp::Write {
+                    stag: wqe.rkey,
+                    to: wqe.remote_addr,
+                }
             }
-            _ => return (wqe, false),
+            _ => return (wqe, None),
         }
-    }
-    (wqe, true)
+    };
+    (wqe, Some(op))
 }
 
 /// Converts one `ibv_send_wr` into a WQE, checking it against the QP's limits.
@@ -467,7 +483,8 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
     // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
     let sges = unsafe { sges(w.sg_list, n) };
     // SAFETY: the caller's valid WR.
-    let (mut wqe, done) = unsafe { data_wqe(w) };
+    let (mut wqe, now) = unsafe { data_wqe(w) };
+    let done = now.is_some();
     // SAFETY: reading the union member that matches the opcode.
     unsafe {
         match w.opcode {
@@ -629,40 +646,10 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
     if n > q.caps.max_send_sge as usize || (n > 0 && w.sg_list.is_null()) {
         return false;
     }
-    let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
-    let mut wqe = SendWqe {
-        wr_id: w.wr_id,
-        ..Default::default()
-    };
-    // SAFETY: reading the union member that matches the opcode.
-    let op = unsafe {
-        match w.opcode {
-            IBV_WR_SEND => {
-                wqe.opcode = op::SEND;
-                NowOp::Send {
-                    solicited,
-                    invalidate: None,
-                }
-            }
-            IBV_WR_SEND_WITH_INV => {
-                wqe.opcode = op::SEND_INV;
-                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
-                NowOp::Send {
-                    solicited,
-                    invalidate: Some(wqe.imm_or_inv),
-                }
-            }
-            IBV_WR_RDMA_WRITE => {
-                wqe.opcode = op::WRITE;
-                wqe.remote_addr = w.wr.rdma.remote_addr;
-                wqe.rkey = w.wr.rdma.rkey;
-                NowOp::Write {
-                    stag: wqe.rkey,
-                    to: wqe.remote_addr,
-                }
-            }
-            _ => return false,
-        }
+    // SAFETY: per the function contract.
+    let (mut wqe, op) = unsafe { data_wqe(w) };
+    let Some(op) = op else {
+        return false;
     };
     // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
     let sges = unsafe { sges(w.sg_list, n) };
