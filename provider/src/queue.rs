@@ -255,24 +255,26 @@ pub fn post_recv_ring<'a>(
     Ok(())
 }
 
+/// The index and header of the oldest receive WQE on a ring, if one is
+/// posted; the caller serialises consumers.
+#[inline]
+fn front(ring: &Ring) -> Option<(u32, RecvWqe)> {
+    let c = ring.consumer();
+    if ring.producer() == c {
+        return None;
+    }
+    // SAFETY: slot `c` is published and consumers are serialised by the caller.
+    Some((c, unsafe { ring.read(c, 0) }))
+}
+
 /// Takes the oldest receive WQE off a ring if it has exactly one SGE: its
 /// wr_id and that SGE (None, and nothing taken, otherwise). The caller
 /// serialises consumers.
 #[inline]
 pub fn take_single(ring: &Ring) -> Option<(u64, Sge)> {
-    let c = ring.consumer();
-    if ring.producer() == c {
-        return None;
-    }
-    // SAFETY: slot `c` is published and consumers are serialised by the
-    // caller; a WQE with one SGE has it right behind the header.
-    let (hdr, sge) = unsafe {
-        let hdr: RecvWqe = ring.read(c, 0);
-        if hdr.num_sge != 1 {
-            return None;
-        }
-        (hdr, ring.read::<Sge>(c, std::mem::size_of::<RecvWqe>()))
-    };
+    let (c, hdr) = front(ring).filter(|(_, h)| h.num_sge == 1)?;
+    // SAFETY: as in `front`; a WQE with one SGE has it right behind the header.
+    let sge = unsafe { ring.read::<Sge>(c, std::mem::size_of::<RecvWqe>()) };
     ring.release(c.wrapping_add(1));
     Some((hdr.wr_id, sge))
 }
@@ -280,30 +282,25 @@ pub fn take_single(ring: &Ring) -> Option<(u64, Sge)> {
 /// Takes the oldest receive WQE off a ring; the caller serialises consumers.
 #[inline]
 pub fn take_recv_ring(ring: &Ring) -> Option<RecvJob> {
-    let c = ring.consumer();
-    if ring.producer() == c {
-        return None;
-    }
+    let (c, hdr) = front(ring)?;
     const AT: usize = std::mem::size_of::<RecvWqe>();
     const SGE: usize = std::mem::size_of::<Sge>();
-    // SAFETY: slot `c` is published and consumers are serialised by the caller;
-    // the ring's stride holds `MAX_SGE` SGEs behind the header at most.
-    let job = unsafe {
-        let hdr: RecvWqe = ring.read(c, 0);
-        let n = (hdr.num_sge as usize).min(MAX_SGE as usize);
-        let sges = if n == 1 {
+    let n = (hdr.num_sge as usize).min(MAX_SGE as usize);
+    // SAFETY: as in `front`; the ring's stride holds `MAX_SGE` SGEs behind the
+    // header at most.
+    let sges = unsafe {
+        if n == 1 {
             RecvSges::from_buf([ring.read::<Sge>(c, AT)])
         } else {
             (0..n).map(|k| ring.read::<Sge>(c, AT + k * SGE)).collect()
-        };
-        RecvJob {
-            wr_id: hdr.wr_id,
-            // The poster's sum of the SGE lengths (saturated at 4 GiB - 1,
-            // more than a message can carry).
-            length: u64::from(hdr.length),
-            sges,
         }
     };
     ring.release(c.wrapping_add(1));
-    Some(job)
+    Some(RecvJob {
+        wr_id: hdr.wr_id,
+        // The poster's sum of the SGE lengths (saturated at 4 GiB - 1, more
+        // than a message can carry).
+        length: u64::from(hdr.length),
+        sges,
+    })
 }
