@@ -154,6 +154,49 @@ fn mpa_connect(victim_qpn: u32, ask_crc: bool) -> (TcpStream, bool) {
     (s, crc)
 }
 
+/// Starts an unmodified `ibv_rc_pingpong` server on xiw with `args` (and
+/// `env`) and connects to its QP from here as initiator; returns the
+/// victim, the stream, whether CRC is in use and the victim's QPN.
+fn connect_victim(
+    args: &[&str],
+    env: &[(&str, &str)],
+    ask_crc: bool,
+) -> (std::process::Child, TcpStream, bool, u32) {
+    let dev = lo_device();
+    let p = port();
+    let mut victim = dev.cmd("ibv_rc_pingpong");
+    victim
+        .args(["-g", "0", "-p", &p.to_string()])
+        .args(args)
+        .env("XIW_CONNECT_TIMEOUT_MS", "5000")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = victim.spawn().expect("ibv_rc_pingpong");
+    let victim_qpn = exchange(p);
+    let (s, crc) = mpa_connect(victim_qpn, ask_crc);
+    (child, s, crc, victim_qpn)
+}
+
+/// Waits for the victim to end and checks that it failed cleanly (no hang,
+/// no signal, an error exit); returns `what` with its output, for messages.
+fn victim_failed(child: std::process::Child, what: String) -> String {
+    let (out, killed) = wait_until(child, Instant::now() + Duration::from_secs(15));
+    let log = format!(
+        "{what}\nvictim stdout:\n{}\nvictim stderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!killed, "victim hung: {log}");
+    assert_eq!(out.status.signal(), None, "victim died by a signal: {log}");
+    assert!(
+        !out.status.success(),
+        "victim claims success after a protocol attack: {log}"
+    );
+    log
+}
+
 /// Reads until the victim closes; returns the Terminate causes it sent.
 fn read_terminates(s: &mut TcpStream) -> Vec<Cause> {
     read_terminates_after(s).0
@@ -205,43 +248,12 @@ fn case(
     attack: impl FnOnce(&mut TcpStream, bool, u32),
     expect: Option<Cause>,
 ) {
-    let dev = lo_device();
-    let p = port();
-    let mut victim = dev.cmd("ibv_rc_pingpong");
-    victim
-        .args([
-            "-g",
-            "0",
-            "-p",
-            &p.to_string(),
-            "-n",
-            "1",
-            "-s",
-            &RECV_SIZE.to_string(),
-            "-r",
-            "1",
-        ])
-        .env("XIW_CONNECT_TIMEOUT_MS", "5000")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = victim.spawn().expect("ibv_rc_pingpong");
-    let victim_qpn = exchange(p);
-    let (mut s, crc) = mpa_connect(victim_qpn, ask_crc);
+    let size = RECV_SIZE.to_string();
+    let (child, mut s, crc, victim_qpn) =
+        connect_victim(&["-n", "1", "-s", &size, "-r", "1"], &[], ask_crc);
     attack(&mut s, crc, victim_qpn);
     let causes = read_terminates(&mut s);
-    let (out, killed) = wait_until(child, Instant::now() + Duration::from_secs(15));
-    let log = format!(
-        "{name}: terminates {causes:?}\nvictim stdout:\n{}\nvictim stderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!killed, "victim hung: {log}");
-    assert_eq!(out.status.signal(), None, "victim died by a signal: {log}");
-    assert!(
-        !out.status.success(),
-        "victim claims success after a protocol attack: {log}"
-    );
+    let log = victim_failed(child, format!("{name}: terminates {causes:?}"));
     if let Some(c) = expect {
         assert_eq!(
             causes.first(),
@@ -606,21 +618,13 @@ const BACKED_UP_SEND: usize = 1 << 20;
 /// Terminate, reads again after `pause`; returns the Terminate causes, the
 /// bytes before the first, and the victim's log (it has failed cleanly).
 fn backed_up_terminate(pause: Duration) -> (Vec<Cause>, usize, String) {
-    let dev = lo_device();
-    let p = port();
-    let mut victim = dev.cmd("ibv_rc_pingpong");
-    victim
-        .args(["-g", "0", "-p", &p.to_string(), "-n", "1000"])
-        .args(["-s", &BACKED_UP_SEND.to_string(), "-r", "100"])
-        .env("XIW_CONNECT_TIMEOUT_MS", "5000")
+    let size = BACKED_UP_SEND.to_string();
+    let (child, mut s, crc, _) = connect_victim(
+        &["-n", "1000", "-s", &size, "-r", "100"],
         // Its diagnostics say whether the Terminate had to wait.
-        .env("XIW_DEBUG", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = victim.spawn().expect("ibv_rc_pingpong");
-    let victim_qpn = exchange(p);
-    let (mut s, crc) = mpa_connect(victim_qpn, false);
+        &[("XIW_DEBUG", "1")],
+        false,
+    );
     // The victim answers each of these with a 1 MiB Send, which this side
     // does not read: its stream backs up. (pingpong sends once its last
     // Send has completed and another message has come, so they are spaced.)
@@ -634,15 +638,10 @@ fn backed_up_terminate(pause: Duration) -> (Vec<Cause>, usize, String) {
         .unwrap();
     std::thread::sleep(pause);
     let (causes, before) = read_terminates_after(&mut s);
-    let (out, killed) = wait_until(child, Instant::now() + Duration::from_secs(15));
-    let log = format!(
-        "pause {pause:?}: terminates {causes:?} after {before} bytes\nvictim stdout:\n{}\nvictim stderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let log = victim_failed(
+        child,
+        format!("pause {pause:?}: terminates {causes:?} after {before} bytes"),
     );
-    assert!(!killed, "victim hung: {log}");
-    assert_eq!(out.status.signal(), None, "victim died by a signal: {log}");
-    assert!(!out.status.success(), "victim claims success: {log}");
     assert!(
         log.contains("the Terminate waits for room"),
         "the victim's stream was not backed up when it owed the Terminate: {log}"
