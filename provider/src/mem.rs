@@ -648,19 +648,14 @@ impl MrTable {
         out: &mut Vec<u8>,
     ) -> Result<(), AccessError> {
         self.with_mr_allowed(stag, by, to, len, need, u32::MAX, |p, mr| {
-            if mr.odp() {
-                let at = out.len();
-                out.resize(at + len, 0);
-                if !crate::odp::read(p, &mut out[at..]) {
-                    out.truncate(at);
-                    return Err(AccessError::Access);
-                }
-                return Ok(());
+            let at = out.len();
+            out.resize(at + len, 0);
+            // SAFETY: `len` bytes at `p` inside `mr`, checked under the read lock held here.
+            let r = unsafe { copy_from(p, mr, &mut out[at..]) };
+            if r.is_err() {
+                out.truncate(at);
             }
-            // SAFETY: as in `write`, the range is inside a registered MR.
-            let src = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-            out.extend_from_slice(src);
-            Ok(())
+            r
         })?
     }
 
@@ -678,15 +673,9 @@ impl MrTable {
             for (key, addr, len) in parts.filter(|p| p.2 > 0) {
                 let dst = out.get_mut(at..at + len).ok_or(AccessError::Bounds)?;
                 let (src, mr) = r.mr(key, by, addr, len, NEED_NONE, u32::MAX)?;
-                if mr.odp() {
-                    if !crate::odp::read(src as u64, dst) {
-                        return Err(AccessError::Access);
-                    }
-                } else {
-                    // SAFETY: `len` bytes inside a registered MR, which stays
-                    // registered while the reader lives.
-                    unsafe { copy_to(dst.as_mut_ptr(), std::slice::from_raw_parts(src, len)) };
-                }
+                // SAFETY: `len` bytes inside a registered MR, which stays
+                // registered while the reader lives.
+                unsafe { copy_from(src as u64, mr, dst)? };
                 at += len;
             }
             Ok(at)
@@ -701,18 +690,9 @@ impl MrTable {
             return Ok(());
         }
         self.with_mr_allowed(stag, by, to, out.len(), NEED_NONE, u32::MAX, |p, mr| {
-            if mr.odp() {
-                return odp_read(p, out);
-            }
             // SAFETY: `out.len()` bytes inside a registered MR, which stays
             // registered while the read lock is held.
-            unsafe {
-                copy_to(
-                    out.as_mut_ptr(),
-                    std::slice::from_raw_parts(p as *const u8, out.len()),
-                )
-            };
-            Ok(())
+            unsafe { copy_from(p, mr, out) }
         })?
     }
 
@@ -871,6 +851,27 @@ fn odp_write(p: u64, data: &[u8]) -> Result<(), AccessError> {
     crate::odp::write(p, data)
         .then_some(())
         .ok_or(AccessError::Access)
+}
+
+/// Fills `out` from `p` in `mr`: in line from pinned memory, through the
+/// page check of an on-demand paging MR otherwise.
+///
+/// # Safety
+/// The `out.len()` bytes at `p` lie inside `mr`, which stays registered for
+/// the call (the caller holds the table's read lock).
+#[inline(always)]
+unsafe fn copy_from(p: u64, mr: &Mr, out: &mut [u8]) -> Result<(), AccessError> {
+    if mr.odp() {
+        return odp_read(p, out);
+    }
+    // SAFETY: per the function contract.
+    unsafe {
+        copy_to(
+            out.as_mut_ptr(),
+            std::slice::from_raw_parts(p as *const u8, out.len()),
+        )
+    };
+    Ok(())
 }
 
 /// Fills `out` from `p` in an on-demand paging MR (out of line, as [`odp_write`]).
