@@ -7,7 +7,9 @@
 # (rdma-core's own) and xiw-verbs-check integrity; with --pyverbs FILE also
 # that release's own test suite (python3-pyverbs), whose verbose output goes
 # to FILE (and, run again with XIW_COMPLETION=placed, to FILE.placed) for the
-# caller to judge (tests/tests/rdma_core.rs does). Prints one
+# caller to judge (tests/tests/rdma_core.rs does); with --refused, for a
+# release the provider does not serve, only that the provider refuses it (its
+# one line at load, no xiw device listed). Prints one
 # line per check; exits non-zero if any fails. Must run as root, after
 # pkg/install.sh and a release build. The provider is installed there under
 # the file name that release's libibverbs loads (libxiw-rdmavN.so, N its
@@ -15,15 +17,18 @@
 #
 #   bash tests/rdma-core.sh trixie [EXPECTED_VERSION] [--pyverbs FILE]
 #   bash tests/rdma-core.sh sid - (-: whatever release it has)
+#   bash tests/rdma-core.sh sid 66.0 --refused
 set -euo pipefail
 
 suite=${1:?usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE]}
 expect=${2:-}
 [[ $expect == - ]] && expect=
 pyverbs_out=
-if [[ ${3:-} == --pyverbs ]]; then
-    pyverbs_out=${4:?--pyverbs needs a file}
-fi
+refused=0
+case ${3:-} in
+--pyverbs) pyverbs_out=${4:?--pyverbs needs a file} ;;
+--refused) refused=1 ;;
+esac
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 root=$(bash "$repo/pkg/chroot.sh" "$suite")
 libdir=usr/lib/x86_64-linux-gnu
@@ -67,6 +72,18 @@ done
 
 in_root() { chroot "$root" env SYSFS_PATH=/run/xiw/chroot "$@"; }
 chroot "$root" xiw up --netdev lo --root /run/xiw/chroot >/dev/null
+
+if ((refused)); then
+    out=$(in_root ibv_devices 2>&1) || true
+    sed 's/^/  ibv_devices: /' <<<"$out"
+    if grep -q "^xiw: not registering: running with rdma-core $version; this provider serves" <<<"$out" &&
+        ! grep -qw xiw0 <<<"$out"; then
+        echo "ok: rdma-core $version ($suite) is refused with one line"
+        exit 0
+    fi
+    echo "FAIL: rdma-core $version ($suite) is not refused with one line"
+    exit 1
+fi
 
 fails=0
 port=$((19500 + RANDOM % 400))

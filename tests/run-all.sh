@@ -34,9 +34,15 @@ bash "$repo/pkg/install.sh"
 
 # Debian 13's and unstable's rdma-core, for tests/tests/rdma_core.rs (made
 # once, then kept).
+# Lines a passing test has for the summary (tests/src/harness.rs, notice).
+XIW_NOTICES=$(mktemp /tmp/xiw-notices.XXXXXX)
+export XIW_NOTICES
+
 echo "== chroots of Debian 13 (trixie) and unstable (sid) with their rdma-core" >&2
 bash "$repo/pkg/chroot.sh" trixie >/dev/null
-bash "$repo/pkg/chroot.sh" sid >/dev/null
+# Unstable is at times not installable for a day or two (a transition under
+# way): the sid test then says so in the summary instead of failing the run.
+bash "$repo/pkg/chroot.sh" sid >/dev/null || echo "xiw: no Debian unstable chroot today (see the sid test)" >&2
 
 log=$(mktemp /tmp/xiw-tests.XXXXXX.log)
 echo "== test (log: $log)" >&2
@@ -78,6 +84,7 @@ if [[ -n $failed ]]; then
     echo "  failed tests:"
     sed -e 's/^test /    /' -e 's/ \.\.\. FAILED$//' <<<"$failed"
 fi
+sed 's/^/  /' "$XIW_NOTICES"
 echo "  total time: $(($(date +%s) - start)) s"
 if ((status != 0)); then
     echo "RESULT: FAILED (cargo test exited with $status)"

@@ -80,6 +80,25 @@ pub fn serial() -> MutexGuard<'static, ()> {
     M.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Says `line` where the test command's summary shows it: libtest keeps
+/// what a passing test prints to itself, so the line is also appended to
+/// the file `$XIW_NOTICES` names (`tests/run-all.sh` sets it and prints the
+/// file under its summary). For what passes but needs someone to act.
+pub fn notice(line: &str) {
+    eprintln!("NOTICE: {line}");
+    if let Some(path) = std::env::var_os("XIW_NOTICES") {
+        use std::io::Write;
+        let written = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "NOTICE: {line}"));
+        if let Err(e) = written {
+            panic!("writing the notice to {path:?}: {e}");
+        }
+    }
+}
+
 /// A TCP port for an out-of-band exchange (perftest -p, ibv_rc_pingpong -p),
 /// different on every call and free when returned. It lies below the kernel's
 /// ephemeral range, where the local end of some connection (xiw's QP streams

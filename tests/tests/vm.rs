@@ -66,6 +66,17 @@ fn guest_on(suite: &str, script: &str, programs: &[PathBuf]) -> String {
 
 /// As [`guest_on`], with `env` set for `tests/vm/run.sh`.
 fn guest_env(suite: &str, script: &str, programs: &[PathBuf], env: &[(&str, &str)]) -> String {
+    guest_run(suite, script, programs, env).0
+}
+
+/// As [`guest_env`]; the guest's console and what `tests/vm/run.sh` said
+/// of the boot.
+fn guest_run(
+    suite: &str,
+    script: &str,
+    programs: &[PathBuf],
+    env: &[(&str, &str)],
+) -> (String, String) {
     let path = repo().join("tests/vm/guest").join(script);
     let text = std::fs::read_to_string(&path).expect("reading the guest script");
     // The script's own count (`# checks: N`) where checks run in loops;
@@ -105,7 +116,57 @@ fn guest_env(suite: &str, script: &str, programs: &[PathBuf], env: &[(&str, &str
         out.status.code(),
         String::from_utf8_lossy(&out.stderr)
     );
-    console
+    (console, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The guest kernel's packages are chosen from what the archive has that
+/// day (`tests/vm/kernel-choice.sh`): for each archive recorded under
+/// `tests/vm/kernel-choice/` (Debian 12's of 2026-11-28, with its kbuild
+/// tools republished at a later revision than the image; Debian 13's of that
+/// day, whose packages name their ABI and ask for gcc-14; one in step; one
+/// whose newest kernel is half published; one with no kbuild tools at all),
+/// the chosen set, or the one line saying what is missing, is the one
+/// expected.
+#[test]
+fn the_guest_kernel_is_chosen_from_what_the_archive_has() {
+    let dir = repo().join("tests/vm/kernel-choice");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/vm/kernel-choice/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 5, "recorded archives: {cases:?}");
+    for case in cases {
+        let out = Command::new("bash")
+            .arg(repo().join("tests/vm/kernel-choice.sh"))
+            .arg("--from")
+            .arg(&case)
+            .output()
+            .expect("running kernel-choice.sh");
+        let got = format!(
+            "{}{}exit {}\n",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            out.status.code().unwrap_or(-1)
+        );
+        let want = std::fs::read_to_string(case.join("expect.txt")).expect("expect.txt");
+        assert_eq!(got, want, "the choice from {}", case.display());
+    }
+}
+
+/// run.sh's boot watchdog stops only a kernel that never reaches init: a
+/// guest script that runs half a minute longer than the boot may take runs
+/// to its end, on the first boot, wherever the firmware's terminal codes
+/// leave init's marker on its line.
+#[test]
+fn a_long_guest_script_outlives_the_boot_watchdog() {
+    let _g = serial();
+    let (_, log) = guest_run("bookworm", "long.sh", &[], &[("XIW_VM_BOOT_TIMEOUT", "60")]);
+    assert!(
+        log.contains("the guest reached init in") && !log.contains("booting again"),
+        "not one boot that reached init:\n{log}"
+    );
 }
 
 #[test]

@@ -53,31 +53,39 @@ if [[ -n $chroot_dir && ! -e $chroot_dir/.xiw-kbuild ]]; then
     touch "$chroot_dir/.xiw-kbuild"
 fi
 
-# The kernel the suite installs today: what linux-image-amd64 depends on.
-image=$(in_suite apt-cache depends linux-image-amd64 | awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')
-if [[ -z $image ]]; then
-    echo "kernel.sh: apt knows no linux-image-amd64 for $suite (run apt-get update)" >&2
-    exit 1
+# The archive, as tests/vm/kernel-choice.sh asks it.
+apt_madison() { in_suite apt-cache madison "$1" 2>/dev/null; }
+apt_depends() {
+    in_suite apt-cache show "$1=$2" 2>/dev/null | awk '/^Depends:/ { sub(/^Depends: */, ""); print; exit }'
+}
+# shellcheck source=kernel-choice.sh
+source "$repo/tests/vm/kernel-choice.sh"
+
+# One set of packages that exist together, for the newest kernel that has one;
+# chosen again whenever apt's package lists change.
+lists=$chroot_dir/var/lib/apt/lists
+memo=$chroot_dir$inner/.choice
+key=$(find "$lists" -maxdepth 1 -name '*_Packages*' -printf '%f %s %T@\n' | sort | md5sum)
+if [[ -f $memo && $(head -1 "$memo") == "$key" ]]; then
+    choice=$(tail -n +2 "$memo")
+else
+    choice=$(xiw_kernel_choose) || exit 1
+    mkdir -p "$chroot_dir$inner"
+    printf '%s\n%s\n' "$key" "$choice" >"$memo"
 fi
-kver=${image#linux-image-}
-version=$(in_suite apt-cache show "$image" | awk '$1 == "Version:" { print $2; exit }')
+kver=$(awk '$1 == "kver" { print $2 }' <<<"$choice")
+compiler=$(awk '$1 == "compiler" { print $2 }' <<<"$choice")
+mapfile -t spec < <(awk '$1 == "pkg" { print $2 "=" $3 }' <<<"$choice")
 root=$chroot_dir$inner/$kver
-if [[ -e $root/.complete ]]; then
+# The cache is what was fetched: another set of packages for the same kernel
+# release (a later revision of its kbuild tools, say) is fetched afresh.
+if [[ -e $root/.complete ]] && [[ $(cat "$root/.complete") == "$(printf '%s\n' "${spec[@]}")" ]]; then
     echo "$root"
     exit 0
 fi
-
-# The headers package names the common headers, the kbuild tools and the
-# compiler it needs.
+echo "kernel.sh: $suite's kernel $kver from ${spec[*]}" >&2
+sed -n 's/^note /kernel.sh: note: /p' <<<"$choice" >&2
 major=$(awk -F. '{ print $1 "." $2 }' <<<"$kver")
-pkgs=("$image" "linux-headers-$kver" "linux-source-$major")
-compiler=
-while read -r dep; do
-    case $dep in
-    linux-headers-*-common | linux-kbuild-*) pkgs+=("$dep") ;;
-    gcc-[0-9]*) compiler=$dep ;;
-    esac
-done < <(in_suite apt-cache depends "linux-headers-$kver" | awk '$1 ~ /Depends:$/ { print $2 }')
 if [[ -n $chroot_dir && -n $compiler ]]; then
     in_suite apt-get install -y -qq --no-install-recommends "$compiler" >&2
 fi
@@ -86,10 +94,6 @@ dl=$chroot_dir/tmp/xiw-kernel-dl
 rm -rf "$dl"
 mkdir -p "$dl"
 trap 'rm -rf "$dl"' EXIT
-spec=()
-for p in "${pkgs[@]}"; do
-    spec+=("$p=$version")
-done
 in_suite sh -c 'cd "$1" && shift && apt-get download -q "$@"' sh "${dl#"$chroot_dir"}" "${spec[@]}" \
     >&2 2> >(grep -v "couldn't be accessed by user '_apt'" >&2)
 rm -rf "$root"
@@ -122,5 +126,5 @@ depmod -b "$root" "$kver"
 if [[ -n $chroot_dir ]]; then
     echo "$chroot_dir" >"$root/.chroot"
 fi
-touch "$root/.complete"
+printf '%s\n' "${spec[@]}" >"$root/.complete"
 echo "$root"

@@ -19,7 +19,9 @@
 # guest gets the same files (or XIW_VM_PROVIDER names the provider library
 # to use instead). Environment: XIW_VM_SUITE (bookworm, the
 # default: Debian 12's kernel; trixie: Debian 13's), XIW_VM_TIMEOUT (seconds,
-# default 600), XIW_VM_KEEP=1 keeps the work directory, XIW_VM_MODULE names
+# default 600, for the whole run), XIW_VM_BOOT_TIMEOUT (seconds the kernel
+# may take to reach init before it is stopped and booted once more, default
+# 240), XIW_VM_KEEP=1 keeps the work directory, XIW_VM_MODULE names
 # an xiw.ko built for the guest's kernel elsewhere (by DKMS, say) to load
 # instead of building one.
 set -euo pipefail
@@ -212,8 +214,18 @@ chmod +x "$ir/init" "$ir/test.sh"
 
 console=$work/console.log
 klog=$work/kernel.log
-# One boot; returns 1 if the kernel never reached init in boot_limit
-# seconds (qemu is then stopped), 0 otherwise.
+# The markers init prints may stand anywhere on their line: the firmware
+# writes its terminal set-up (escape codes, no newline) to the same port
+# before the kernel starts. marker NAME prints what follows NAME on the
+# console, for the last line that has it; true if one does.
+marker() {
+    tr -d '\r\000' <"$console" | awk -v m="$1" '
+        i = index($0, m) { v = substr($0, i + length(m)); sub(/^ /, "", v); found = 1 }
+        END { if (found) print v; exit !found }'
+}
+# One boot. The watchdog stops a kernel that has not reached init in
+# boot_limit seconds (and returns 1); once init has spoken, only the whole
+# run's limit (XIW_VM_TIMEOUT) applies to the script.
 boot_limit=${XIW_VM_BOOT_TIMEOUT:-240}
 boot() {
     : >"$console"
@@ -226,8 +238,11 @@ boot() {
         -append "console=ttyS1 loglevel=6 panic=-1 oops=panic" \
         -nic none </dev/null >&2 &
     local qemu=$! t=0
-    until grep -q '^XIW-VM-INIT' "$console"; do
-        kill -0 "$qemu" 2>/dev/null || break
+    until marker XIW-VM-INIT >/dev/null; do
+        if ! kill -0 "$qemu" 2>/dev/null; then
+            wait "$qemu" || true
+            return 0
+        fi
         if ((t >= boot_limit)); then
             kill "$qemu" 2>/dev/null || true
             wait "$qemu" || true
@@ -236,6 +251,7 @@ boot() {
         sleep 1
         t=$((t + 1))
     done
+    echo "run.sh: the guest reached init in about $t s" >&2
     wait "$qemu" || true
 }
 if ! boot; then
@@ -247,13 +263,13 @@ if ! boot; then
     boot || true
 fi
 tr -d '\r' <"$console"
-rc=$(tr -d '\r' <"$console" | awk '/^XIW-VM-EXIT / { print $2 }' | tail -1)
+rc=$(marker XIW-VM-EXIT) || rc=
 if [[ -z $rc ]]; then
     echo "run.sh: the guest did not finish its script; its kernel log ends:" >&2
     tr -d '\r' <"$klog" | tail -40 >&2
     exit 124
 fi
-if grep -q '^XIW-VM-DMESG-BAD' "$console"; then
+if marker XIW-VM-DMESG-BAD >/dev/null; then
     echo "run.sh: the guest kernel logged a warning or an oops" >&2
     exit 125
 fi
