@@ -22,14 +22,16 @@ xiw_ensure_packages
 xiw_ensure_cargo
 
 start=$(date +%s)
-echo "== style: cargo fmt --check, cargo clippy -D warnings" >&2
+# phase TEXT: the step's heading, with the seconds since the start.
+phase() { echo "== [$(($(date +%s) - start)) s] $*" >&2; }
+phase "style: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 
-echo "== build (release, all targets)" >&2
+phase "build (release, all targets)"
 cargo build --release --workspace --all-targets
 
-echo "== install the provider" >&2
+phase "install the provider"
 bash "$repo/pkg/install.sh"
 
 # Debian 13's and unstable's rdma-core, for tests/tests/rdma_core.rs (made
@@ -38,14 +40,14 @@ bash "$repo/pkg/install.sh"
 XIW_NOTICES=$(mktemp /tmp/xiw-notices.XXXXXX)
 export XIW_NOTICES
 
-echo "== chroots of Debian 13 (trixie) and unstable (sid) with their rdma-core" >&2
+phase "chroots of Debian 13 (trixie) and unstable (sid) with their rdma-core"
 bash "$repo/pkg/chroot.sh" trixie >/dev/null
 # Unstable is at times not installable for a day or two (a transition under
 # way): the sid test then says so in the summary instead of failing the run.
 bash "$repo/pkg/chroot.sh" sid >/dev/null || echo "xiw: no Debian unstable chroot today (see the sid test)" >&2
 
 log=$(mktemp /tmp/xiw-tests.XXXXXX.log)
-echo "== test (log: $log)" >&2
+phase "test (log: $log)"
 # One test at a time: the whole-program tests load both cores and must not
 # disturb each other's measurements. --no-fail-fast: every binary runs.
 status=0
@@ -54,7 +56,7 @@ cargo test --release --workspace --no-fail-fast -- --test-threads=1 "$@" 2>&1 | 
 # The protocol engine's fuzz targets, a bounded time each (tests/fuzz.sh).
 fuzzlog=$(mktemp /tmp/xiw-fuzz.XXXXXX.log)
 if (($# == 0)); then
-    echo "== fuzz (log: $fuzzlog)" >&2
+    phase "fuzz (log: $fuzzlog)"
     bash "$repo/tests/fuzz.sh" 2>&1 | tee "$fuzzlog" || status=$?
 fi
 
