@@ -54,9 +54,13 @@ provider_dir=$libdir/libibverbs
 # also the library's soname.
 soname=libxiw-rdmav34.so
 lib_dst=$provider_dir/$soname
-# rdma-core 65 loads providers of its private ABI 65 by that number: the same
-# library serves it (it finds the release it runs under when it loads).
-abi_link_dsts=("$provider_dir/libxiw-rdmav65.so")
+# Later releases load providers by their own private ABI number (57 for
+# rdma-core 57-58, 59 for 59-63, 64, 65): the same library serves each (it
+# finds the release it runs under when it loads).
+abi_link_dsts=()
+for abi in 57 59 64 65; do
+    abi_link_dsts+=("$provider_dir/libxiw-rdmav$abi.so")
+done
 driver_dst=/etc/libibverbs.d/xiw.driver
 bin_dst=/usr/local/bin/xiw
 

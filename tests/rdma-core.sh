@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
-# Runs xiw under another Debian release's rdma-core: the installed provider,
-# the xiw command and the verbs check program are copied into a chroot of
-# that release (pkg/chroot.sh), which brings up a device there and runs,
-# each as a server/client pair over TCP on 127.0.0.1 with the chroot's own
-# libibverbs: ib_write_lat and ib_read_bw (perftest), ibv_rc_pingpong
-# (rdma-core's own) and xiw-verbs-check integrity; with --pyverbs FILE also
-# that release's own test suite (python3-pyverbs), whose verbose output goes
-# to FILE (and, run again with XIW_COMPLETION=placed, to FILE.placed) for the
-# caller to judge (tests/tests/rdma_core.rs does); with --refused, for a
-# release the provider does not serve, only that the provider refuses it (its
-# one line at load, no xiw device listed). Prints one
-# line per check; exits non-zero if any fails. Must run as root, after
-# pkg/install.sh and a release build. The provider is installed there under
-# the file name that release's libibverbs loads (libxiw-rdmavN.so, N its
-# private ABI).
+# Runs xiw under another rdma-core release: either another Debian release's,
+# in a chroot of it (pkg/chroot.sh) into which the installed provider, the xiw
+# command and the verbs check program are copied; or, with --built, a
+# libibverbs built from the source a package registry carries
+# (tests/rdma-core-build.sh), run on this host by Debian 12's own tools. There
+# it brings up a device and runs, each as a server/client pair over TCP on
+# 127.0.0.1 with that release's libibverbs: ib_write_lat and ib_read_bw
+# (perftest), ibv_rc_pingpong (rdma-core's own) and xiw-verbs-check
+# integrity; with --pyverbs FILE (chroots) also that release's own test suite
+# (python3-pyverbs), whose verbose output goes to FILE (and, run again with
+# XIW_COMPLETION=placed, to FILE.placed) for the caller to judge
+# (tests/tests/rdma_core.rs does); with --refused, for a release the provider
+# does not serve, only that the provider refuses it (its one line at load, no
+# xiw device listed). Prints one line per check; exits non-zero if any fails.
+# Must run as root, after pkg/install.sh and a release build. The provider is
+# put where that libibverbs loads it from, under the file name it loads
+# (libxiw-rdmavN.so, N its private ABI).
 #
 #   bash tests/rdma-core.sh trixie [EXPECTED_VERSION] [--pyverbs FILE]
 #   bash tests/rdma-core.sh sid - (-: whatever release it has)
 #   bash tests/rdma-core.sh sid 66.0 --refused
+#   bash tests/rdma-core.sh --built 59.0
 set -euo pipefail
 
-suite=${1:?usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE]}
+usage="usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE | --refused] | --built VERSION"
+suite=${1:?$usage}
 expect=${2:-}
 [[ $expect == - ]] && expect=
 pyverbs_out=
@@ -30,48 +34,83 @@ case ${3:-} in
 --refused) refused=1 ;;
 esac
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-root=$(bash "$repo/pkg/chroot.sh" "$suite")
-libdir=usr/lib/x86_64-linux-gnu
+provider=/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
 
-# The chroot's rdma-core, from its libibverbs' file name.
-lib=$(basename "$(readlink -f "$root/$libdir/libibverbs.so.1")")
-version=${lib#libibverbs.so.1.*.}
-echo "rdma-core in the $suite chroot: $version ($lib)"
-if [[ -n $expect && $version != "$expect" ]]; then
-    echo "FAIL: expected rdma-core $expect in the $suite chroot" >&2
-    exit 1
+if [[ $suite == --built ]]; then
+    # A libibverbs built from source, on this host: its compiled-in provider
+    # and configuration directories (under the build's prefix/) hold xiw
+    # alone; programs find the library by LD_LIBRARY_PATH.
+    build=$(bash "$repo/tests/rdma-core-build.sh" "${expect:?$usage}")
+    suite="built from source"
+    [[ -d $build/src ]] || suite="a registry's build"
+    lib=$(basename "$(readlink -f "$build/build/lib/libibverbs.so.1")")
+    # Its private ABI: the verbs_register_driver_N it exports.
+    abi=$(objdump -T "$build/build/lib/$lib" | sed -n 's/.* verbs_register_driver_\([0-9]*\)$/\1/p' | head -1)
+    # A build from source looks in its own prefix; one taken whole (from a
+    # wheel) in /etc/libibverbs.d, which names the installed provider.
+    if [[ -d $build/prefix ]]; then
+        rm -f "$build/prefix/lib/libibverbs/"libxiw-rdmav*.so
+        install -m 0644 "$provider" "$build/prefix/lib/libibverbs/libxiw-rdmav$abi.so"
+        install -m 0644 /etc/libibverbs.d/xiw.driver "$build/prefix/etc/libibverbs.d/xiw.driver"
+    fi
+    tree=/run/xiw/built-$expect
+    cleanup() { "$repo/target/release/xiw" down --root "$tree" >/dev/null 2>&1 || true; }
+    trap cleanup EXIT
+    "$repo/target/release/xiw" up --netdev lo --root "$tree" >/dev/null
+    in_root() {
+        env SYSFS_PATH="$tree" LD_LIBRARY_PATH="$build/build/lib" \
+            PATH="$repo/target/release:$PATH" "$@"
+    }
+    # The tools must take the library built, not Debian's.
+    for b in ib_write_lat ibv_rc_pingpong xiw-verbs-check; do
+        if ! in_root ldd "$(in_root which "$b")" | grep -q "libibverbs.so.1 => $build/build/lib/"; then
+            echo "FAIL: $b does not load $build/build/lib/libibverbs.so.1" >&2
+            exit 1
+        fi
+    done
+else
+    root=$(bash "$repo/pkg/chroot.sh" "$suite")
+    libdir=usr/lib/x86_64-linux-gnu
+    lib=$(basename "$(readlink -f "$root/$libdir/libibverbs.so.1")")
+    # The provider file name this libibverbs loads: its private ABI number.
+    abi=$(find "$root/$libdir/libibverbs" -name 'lib*-rdmav*.so' ! -name 'libxiw-*' -printf '%f\n' |
+        sed -n 's/.*-rdmav\([0-9]*\)\.so$/\1/p' | sort -u | head -1)
+    rm -f "$root/$libdir/libibverbs/"libxiw-rdmav*.so
+    install -D -m 0644 "$provider" "$root/$libdir/libibverbs/libxiw-rdmav$abi.so"
+    install -D -m 0644 /etc/libibverbs.d/xiw.driver "$root/etc/libibverbs.d/xiw.driver"
+    for b in xiw xiw-verbs-check; do
+        install -D -m 0755 "$repo/target/release/$b" "$root/usr/local/bin/$b"
+    done
+
+    # /proc for the tools, /dev for /dev/full (the device node's number) and
+    # the node itself, /sys for what the test suite asks of the machine (huge
+    # pages); unmounted on the way out. The device itself is found under
+    # SYSFS_PATH.
+    mounted=()
+    cleanup() {
+        chroot "$root" xiw down --root /run/xiw/chroot >/dev/null 2>&1 || true
+        local m
+        for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done
+    }
+    trap cleanup EXIT
+    for m in proc dev sys; do
+        if ! mountpoint -q "$root/$m"; then
+            mount --bind "/$m" "$root/$m"
+            mounted+=("$root/$m")
+        fi
+    done
+    in_root() { chroot "$root" env SYSFS_PATH=/run/xiw/chroot "$@"; }
+    chroot "$root" xiw up --netdev lo --root /run/xiw/chroot >/dev/null
 fi
 
-# The provider file name this libibverbs loads: its private ABI number.
-abi=$(find "$root/$libdir/libibverbs" -name 'lib*-rdmav*.so' ! -name 'libxiw-*' -printf '%f\n' |
-    sed -n 's/.*-rdmav\([0-9]*\)\.so$/\1/p' | sort -u | head -1)
+# The release, from its libibverbs' file name.
+version=${lib#libibverbs.so.1.*.}
+echo "rdma-core ($suite): $version ($lib)"
 echo "its providers are loaded as lib<name>-rdmav$abi.so"
-rm -f "$root/$libdir/libibverbs/"libxiw-rdmav*.so
-install -D -m 0644 "/$libdir/libibverbs/libxiw-rdmav34.so" "$root/$libdir/libibverbs/libxiw-rdmav$abi.so"
-install -D -m 0644 /etc/libibverbs.d/xiw.driver "$root/etc/libibverbs.d/xiw.driver"
-for b in xiw xiw-verbs-check; do
-    install -D -m 0755 "$repo/target/release/$b" "$root/usr/local/bin/$b"
-done
-
-# /proc for the tools, /dev for /dev/full (the device node's number) and the
-# node itself, /sys for what the test suite asks of the machine (huge pages);
-# unmounted on the way out. The device itself is found under SYSFS_PATH.
-mounted=()
-cleanup() {
-    chroot "$root" xiw down --root /run/xiw/chroot >/dev/null 2>&1 || true
-    local m
-    for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-for m in proc dev sys; do
-    if ! mountpoint -q "$root/$m"; then
-        mount --bind "/$m" "$root/$m"
-        mounted+=("$root/$m")
-    fi
-done
-
-in_root() { chroot "$root" env SYSFS_PATH=/run/xiw/chroot "$@"; }
-chroot "$root" xiw up --netdev lo --root /run/xiw/chroot >/dev/null
+if [[ -n $expect && $version != "$expect" ]]; then
+    echo "FAIL: expected rdma-core $expect ($suite)" >&2
+    exit 1
+fi
 
 if ((refused)); then
     out=$(in_root ibv_devices 2>&1) || true

@@ -1,17 +1,27 @@
-//! The private provider ABI of rdma-core, as rdma-core 44 (Debian 12), 56
-//! (Debian 13) and 65 (Debian unstable) lay it out.
+//! The private provider ABI of rdma-core, as every release from 39.0 to
+//! 65.x lays it out.
 //!
 //! `infiniband/driver.h` is internal to rdma-core and not installed, so these
-//! structures are mirrored by hand from rdma-core v44.0; what later releases
-//! changed follows from the release number ([`Layout`]). Sizes and offsets
-//! are asserted at compile time; a mismatch breaks the build, not a program.
-//! What differs between the releases served:
-//! - rdma-core 45 appended `wr_flush` to `ibv_qp_ex`, which moves the fields
-//!   of `verbs_qp` behind it; `verbs_qp` leaves room for both.
-//! - rdma-core 65 (private ABI 65) added six entries at the front of
-//!   `verbs_context` (its `ibv_context` stays last) and 17 to
-//!   `verbs_context_ops`, which stays in alphabetical order; the helpers
-//!   carry the symbol version `IBVERBS_PRIVATE_65`.
+//! structures are mirrored by hand from rdma-core v44.0; what other releases
+//! changed follows from the release number ([`Layout`]), as read from each
+//! release's `libibverbs/driver.h`, `verbs.h` and `libibverbs.map.in`. Sizes
+//! and offsets are asserted at compile time; a mismatch breaks the build, not
+//! a program. What differs between the releases served (eight layouts:
+//! 39-43, 44, 45-56, 57-58, 59-61, 62-63, 64, 65):
+//! - the private ABI number (the provider's file name `libNAME-rdmavN.so`,
+//!   `verbs_register_driver_N`, the symbol version `IBVERBS_PRIVATE_N`): 34
+//!   up to 56, 57 for 57-58, 59 for 59-63, 64, 65;
+//! - `ibv_qp_ex`: 39-43 end with `wr_abort` (344 bytes), 44 appended
+//!   `wr_atomic_write` (352), 45 `wr_flush` (360); `verbs_qp.comp_mask`
+//!   follows it, and libibverbs reads it there;
+//! - `verbs_context` grows at its front (its `ibv_context` stays last): 3
+//!   entries in 59, one more in 62, two more in 64;
+//! - `verbs_context_ops` (alphabetical) gained 3 entries in 59, 2 in 62 (no
+//!   new private ABI number), 2 in 64 and 10 in 65;
+//! - `ibv_cmd_get_context` took an `fd_arr` argument from 57 on;
+//! - `ibv_port_attr` grew by `active_speed_ex` in 49 (the mirror has 44's,
+//!   which writes no byte a release before 49 lacks; from 49 on libibverbs
+//!   zeroes the whole struct before asking).
 
 #![allow(non_camel_case_types)]
 
@@ -19,55 +29,99 @@ use crate::verbs::*;
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::mem::{offset_of, size_of};
 
-/// An rdma-core release whose private ABI this file mirrors; what differs
-/// between them follows from the release number.
+/// An rdma-core release series this file mirrors (every minor release of a
+/// series has its layout: no minor release changed one); what differs
+/// between them follows from the number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// The release series (`44` for 44.0) ...
+    /// The release series (`44` for 44.0 to 44.x).
     pub major: u32,
-    /// ... and the releases of it that were checked (`None`: every one).
-    pub minor: Option<u32>,
 }
 
-/// The rdma-core releases this provider serves: 44.0 (Debian 12), 56.x
-/// (Debian 13; 56.1 to 56.4 have the same driver.h and verbs.h), both of
-/// private ABI 34, and 65.0 (Debian unstable), private ABI 65. Releases in
-/// between (57 to 64) moved the ABI in other ways and are not accepted.
-pub const LAYOUTS: &[Layout] = &[
-    Layout {
-        major: 44,
-        minor: Some(0),
-    },
-    Layout {
-        major: 56,
-        minor: None,
-    },
-    Layout {
-        major: 65,
-        minor: Some(0),
-    },
-];
+/// The oldest and the newest release series served.
+pub const OLDEST: u32 = 39;
+pub const NEWEST: u32 = 65;
 
-/// The bytes rdma-core 65 puts in `verbs_context` in front of rdma-core 44's
-/// fields: `free_buf`, `alloc_buf`, `dm_export_dmabuf_fd`, `reg_mr_ex`,
-/// `dealloc_dmah`, `alloc_dmah`.
-pub const CONTEXT_FRONT_65: usize = 6 * size_of::<usize>();
+/// Every release series served, 39 to 65.
+pub const LAYOUTS: [Layout; (NEWEST - OLDEST + 1) as usize] = {
+    let mut all = [Layout { major: OLDEST }; (NEWEST - OLDEST + 1) as usize];
+    let mut i = 0;
+    while i < all.len() {
+        all[i].major = OLDEST + i as u32;
+        i += 1;
+    }
+    all
+};
+
+/// The release whose headers the structures here mirror.
+pub const MIRRORED: &Layout = &LAYOUTS[(44 - OLDEST) as usize];
+
+/// The most bytes a served release puts in `verbs_context` in front of
+/// rdma-core 44's fields (64's and 65's `free_buf`, `alloc_buf`,
+/// `dm_export_dmabuf_fd`, `reg_mr_ex`, `dealloc_dmah`, `alloc_dmah`).
+pub const CONTEXT_FRONT_MAX: usize = 6 * size_of::<usize>();
 
 /// Room for the entries any served release has in front of rdma-core 44's
 /// `verbs_context` (a provider context starts with it, see
 /// [`Layout::context_front`]).
-pub type ContextFront = [usize; CONTEXT_FRONT_65 / size_of::<usize>()];
+pub type ContextFront = [usize; CONTEXT_FRONT_MAX / size_of::<usize>()];
+
+/// Where a probe symbol is exported: a public version node, or the private
+/// node of the release's private ABI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Node {
+    Public(&'static core::ffi::CStr),
+    Private,
+}
+
+/// Symbols libibverbs exports from a release on: which of them a library
+/// has confirms the release its file name claims (releases 39 to 48 export
+/// the same set; there the name alone tells them apart).
+pub const PROBES: &[(&core::ffi::CStr, Node, u32)] = &[
+    (c"ibv_wr_opcode_str", Node::Private, 49),
+    (c"ibv_cmd_create_cq_ex2", Node::Private, 53),
+    (c"ibv_reg_mr_ex", Node::Public(c"IBVERBS_1.15"), 59),
+    (
+        c"ibv_dm_export_dmabuf_fd",
+        Node::Public(c"IBVERBS_1.16"),
+        62,
+    ),
+    (c"ibv_alloc_buf", Node::Public(c"IBVERBS_1.17"), 64),
+    (c"ibv_create_comp_cntr", Node::Public(c"IBVERBS_1.18"), 65),
+];
+
+/// Every private ABI number a served release has, oldest first.
+pub const PRIVATE_ABIS: [u32; 5] = [34, 57, 59, 64, 65];
 
 impl Layout {
     /// The private ABI number: the provider file name
     /// (`libxiw-rdmavN.so`), `verbs_register_driver_N` and the symbol
     /// version `IBVERBS_PRIVATE_N` of the helpers.
     pub const fn private_abi(&self) -> u32 {
-        if self.major >= 65 {
-            65
-        } else {
-            34
+        match self.major {
+            ..=56 => 34,
+            57..=58 => 57,
+            59..=63 => 59,
+            64 => 64,
+            _ => 65,
         }
+    }
+
+    /// The library's own minor version: libibverbs of release R.M is the
+    /// file `libibverbs.so.1.<this>.R.M`.
+    pub const fn library_minor(&self) -> u32 {
+        match self.major {
+            ..=58 => 14,
+            59..=61 => 15,
+            62..=63 => 16,
+            64 => 17,
+            _ => 18,
+        }
+    }
+
+    /// `ibv_qp_ex` has `wr_atomic_write` (rdma-core 44 and later).
+    pub const fn qp_ex_atomic_write(&self) -> bool {
+        self.major >= 44
     }
 
     /// `ibv_qp_ex` ends with `wr_flush` (rdma-core 45 and later).
@@ -75,15 +129,31 @@ impl Layout {
         self.major >= 45
     }
 
-    /// Offset of `verbs_qp.comp_mask`: right after `ibv_qp_ex`.
-    pub const fn qp_comp_mask(&self) -> usize {
-        size_of::<ibv_qp_ex>() + if self.qp_ex_flush() { 8 } else { 0 }
+    /// `sizeof(struct ibv_qp_ex)` in this release.
+    pub const fn qp_ex_size(&self) -> usize {
+        if self.qp_ex_flush() {
+            360
+        } else if self.qp_ex_atomic_write() {
+            352
+        } else {
+            344
+        }
     }
 
-    /// libibverbs exports `ibv_wr_opcode_str` (rdma-core 49 and later): a
-    /// probe that confirms the release a file name claims.
-    pub const fn has_wr_opcode_str(&self) -> bool {
-        self.major >= 49
+    /// Offset of `verbs_qp.comp_mask`: right after `ibv_qp_ex`.
+    pub const fn qp_comp_mask(&self) -> usize {
+        self.qp_ex_size()
+    }
+
+    /// `ibv_cmd_get_context` takes an `fd_arr` (rdma-core 57 and later).
+    pub const fn get_context_fd_arr(&self) -> bool {
+        self.major >= 57
+    }
+
+    /// Whether a library of this release exports the probe symbol of
+    /// [`PROBES`] that arrived in `since`.
+    pub const fn has_probe(&self, since: u32) -> bool {
+        self.major >= since
     }
 
     /// How many bytes this release's `verbs_context` has in front of the
@@ -92,11 +162,22 @@ impl Layout {
     /// release the context `ContextFront` bytes minus this into it, so that
     /// `ibv_context` (last in every release) is where it expects.
     pub const fn context_front(&self) -> usize {
-        if self.major >= 65 {
-            CONTEXT_FRONT_65
-        } else {
-            0
-        }
+        let entries = match self.major {
+            ..=58 => 0,
+            59..=61 => 3,
+            62..=63 => 4,
+            _ => 6,
+        };
+        entries * size_of::<usize>()
+    }
+
+    /// How many entries this release's `verbs_context_ops` has.
+    pub fn ops_len(&self) -> usize {
+        OPS_44.len()
+            + OPS_ADDED
+                .iter()
+                .filter(|(_, since)| self.major >= *since)
+                .count()
     }
 
     /// `ops` (in rdma-core 44's order) as this release's `verbs_context_ops`:
@@ -107,56 +188,69 @@ impl Layout {
         // SAFETY: verbs_context_ops is repr(C), OPS_44.len() entries of Op.
         let old: [Op; OPS_44.len()] = unsafe { core::mem::transmute_copy(ops) };
         let mut out = [None; OPS_MAX];
-        let added: &[&str] = if self.major >= 65 { OPS_ADDED_65 } else { &[] };
+        let mut added = OPS_ADDED
+            .iter()
+            .filter(|(_, since)| self.major >= *since)
+            .map(|(name, _)| *name)
+            .peekable();
         // Both lists are in alphabetical order, as the release's struct is.
-        let (mut i, mut j) = (0, 0);
-        for slot in out.iter_mut().take(OPS_44.len() + added.len()) {
-            if j < added.len() && (i == OPS_44.len() || added[j] < OPS_44[i]) {
-                j += 1;
-            } else {
-                *slot = old[i];
-                i += 1;
+        let mut i = 0;
+        for slot in out.iter_mut().take(self.ops_len()) {
+            match added.peek() {
+                Some(a) if i == OPS_44.len() || *a < OPS_44[i] => {
+                    added.next();
+                }
+                _ => {
+                    *slot = old[i];
+                    i += 1;
+                }
             }
         }
         out
     }
 
-    /// The layout of release `major.minor`, if it is one of [`LAYOUTS`].
-    pub fn of(major: u32, minor: u32) -> Option<&'static Layout> {
-        LAYOUTS
-            .iter()
-            .find(|l| l.major == major && l.minor.is_none_or(|m| m == minor))
+    /// The layout of release `major.minor`, if it is served.
+    pub fn of(major: u32, _minor: u32) -> Option<&'static Layout> {
+        LAYOUTS.iter().find(|l| l.major == major)
     }
 
-    /// The releases served, for messages: "44.0, 56.x, 65.0".
+    /// The releases served, for messages.
     pub fn known() -> String {
-        LAYOUTS
-            .iter()
-            .map(|l| match l.minor {
-                Some(m) => format!("{}.{m}", l.major),
-                None => format!("{}.x", l.major),
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
+        format!("{OLDEST}.0 to {NEWEST}.x")
     }
 
-    /// Fills in the part of a `verbs_qp` after the `ibv_qp_ex` of rdma-core
-    /// 44: `wr_flush` where this release has it, and `comp_mask`.
+    /// Fills in what follows rdma-core 39's `ibv_qp_ex` in a `verbs_qp`, as
+    /// this release lays it out: `wr_atomic_write` and `wr_flush` where the
+    /// release has them (44, 45), and `comp_mask` after them, where
+    /// libibverbs reads it. The caller sets `wr_atomic_write` (for
+    /// releases that have it) before.
     pub fn set_qp_tail(&self, q: &mut verbs_qp, comp_mask: u32, wr_flush: Option<WrFlush>) {
-        let tail = &mut q.tail;
-        if self.qp_ex_flush() {
-            let f = wr_flush.map_or(0, |f| f as usize);
-            tail[..size_of::<usize>()].copy_from_slice(&f.to_ne_bytes());
+        if !self.qp_ex_atomic_write() {
+            // SAFETY: the union's ibv_qp_ex is plain data the caller filled in.
+            unsafe { (*q.u.qp_ex).wr_atomic_write = None };
         }
-        let at = self.qp_comp_mask() - size_of::<ibv_qp_ex>();
-        tail[at..at + 4].copy_from_slice(&comp_mask.to_ne_bytes());
+        let base = (q as *mut verbs_qp).cast::<u8>();
+        // SAFETY: every offset written lies inside verbs_qp (asserted below
+        // for every layout); the bytes are plain data.
+        unsafe {
+            if self.qp_ex_flush() {
+                let f = wr_flush.map_or(0, |f| f as usize);
+                base.add(size_of::<ibv_qp_ex>())
+                    .cast::<usize>()
+                    .write_unaligned(f);
+            }
+            base.add(self.qp_comp_mask())
+                .cast::<u32>()
+                .write_unaligned(comp_mask);
+        }
     }
 
     /// `verbs_qp.comp_mask` as this release places it.
     #[cfg(test)]
     fn qp_comp_mask_of(&self, q: &verbs_qp) -> u32 {
-        let at = self.qp_comp_mask() - size_of::<ibv_qp_ex>();
-        u32::from_ne_bytes(q.tail[at..at + 4].try_into().expect("4 bytes"))
+        let base = (q as *const verbs_qp).cast::<u8>();
+        // SAFETY: inside verbs_qp, as in set_qp_tail.
+        unsafe { base.add(self.qp_comp_mask()).cast::<u32>().read_unaligned() }
     }
 }
 
@@ -240,25 +334,26 @@ pub const OPS_44: [&str; 76] = [
     "unimport_pd",
 ];
 
-/// The entries rdma-core 65 added to `verbs_context_ops`, in order.
-pub const OPS_ADDED_65: &[&str] = &[
-    "alloc_buf",
-    "alloc_dmah",
-    "create_comp_cntr",
-    "dealloc_dmah",
-    "destroy_comp_cntr",
-    "dm_export_dmabuf_fd",
-    "free_buf",
-    "inc_comp_cntr",
-    "inc_err_comp_cntr",
-    "qp_attach_comp_cntr",
-    "query_comp_cntr_caps",
-    "query_port_speed",
-    "read_comp_cntr",
-    "read_err_comp_cntr",
-    "reg_mr_ex",
-    "set_comp_cntr",
-    "set_err_comp_cntr",
+/// The entries later releases added to `verbs_context_ops`, in
+/// alphabetical order, with the release that added each.
+pub const OPS_ADDED: &[(&str, u32)] = &[
+    ("alloc_buf", 64),
+    ("alloc_dmah", 59),
+    ("create_comp_cntr", 65),
+    ("dealloc_dmah", 59),
+    ("destroy_comp_cntr", 65),
+    ("dm_export_dmabuf_fd", 62),
+    ("free_buf", 64),
+    ("inc_comp_cntr", 65),
+    ("inc_err_comp_cntr", 65),
+    ("qp_attach_comp_cntr", 65),
+    ("query_comp_cntr_caps", 65),
+    ("query_port_speed", 62),
+    ("read_comp_cntr", 65),
+    ("read_err_comp_cntr", 65),
+    ("reg_mr_ex", 59),
+    ("set_comp_cntr", 65),
+    ("set_err_comp_cntr", 65),
 ];
 
 /// The most entries a served release's `verbs_context_ops` has (65's 93).
@@ -542,7 +637,8 @@ impl verbs_context_ops {
 extern "C" {}
 
 /// The private helpers of libibverbs a provider calls, under the symbol
-/// version of their private ABI (`IBVERBS_PRIVATE_34`, `_65`). They are
+/// version of their private ABI (`IBVERBS_PRIVATE_34`, `_57`, `_59`,
+/// `_64`, `_65`). They are
 /// looked up at run time (`dlvsym`), not linked: a program or library that
 /// links them cannot even start under an rdma-core of another private ABI.
 /// Their C types are the same in every release served.
@@ -553,6 +649,9 @@ pub mod private {
     /// The symbol version the helpers of private ABI `abi` carry.
     pub fn version(abi: u32) -> &'static CStr {
         match abi {
+            57 => c"IBVERBS_PRIVATE_57",
+            59 => c"IBVERBS_PRIVATE_59",
+            64 => c"IBVERBS_PRIVATE_64",
             65 => c"IBVERBS_PRIVATE_65",
             _ => c"IBVERBS_PRIVATE_34",
         }
@@ -561,6 +660,9 @@ pub mod private {
     /// `verbs_register_driver_N` of private ABI `abi`.
     pub fn register_driver(abi: u32) -> &'static CStr {
         match abi {
+            57 => c"verbs_register_driver_57",
+            59 => c"verbs_register_driver_59",
+            64 => c"verbs_register_driver_64",
             65 => c"verbs_register_driver_65",
             _ => c"verbs_register_driver_34",
         }
@@ -577,9 +679,9 @@ pub mod private {
     ) -> *mut c_void;
 
     /// Makes the kernel's context for a device a kernel driver registered
-    /// (the `GET_CONTEXT` command on the context's command fd). Private ABI
-    /// 65 added the `fd_arr` argument (file descriptors to pass along; none
-    /// here).
+    /// (the `GET_CONTEXT` command on the context's command fd). rdma-core 57
+    /// added the `fd_arr` argument (file descriptors to pass along; none
+    /// here; [`Layout::get_context_fd_arr`]).
     pub const CMD_GET_CONTEXT: &core::ffi::CStr = c"ibv_cmd_get_context";
     pub type CmdGetContext34 = unsafe extern "C" fn(
         context: *mut verbs_context,
@@ -588,7 +690,7 @@ pub mod private {
         resp: *mut c_void,
         resp_size: usize,
     ) -> c_int;
-    pub type CmdGetContext65 = unsafe extern "C" fn(
+    pub type CmdGetContext57 = unsafe extern "C" fn(
         context: *mut verbs_context,
         cmd: *mut c_void,
         cmd_size: usize,
@@ -641,11 +743,17 @@ const _: () = {
     assert!(size_of::<ibv_qp_ex>() == 352);
     assert!(offset_of!(ibv_qp_ex, wr_atomic_write) == 344);
     assert!(offset_of!(verbs_qp, tail) == 352);
-    // Every layout's comp_mask and xrcd pointer (8-aligned after it) fit.
+    // The mirror is 44's: a provider built against other headers would
+    // write ibv_port_attr bytes that releases before 49 do not have.
+    assert!(size_of::<ibv_port_attr>() == 52);
+    // Every layout's comp_mask and xrcd pointer (8-aligned after it) fit,
+    // and its context front fits the room left for it.
     let mut i = 0;
     while i < LAYOUTS.len() {
         let l = &LAYOUTS[i];
         assert!((l.qp_comp_mask() + 4).next_multiple_of(8) + 8 <= size_of::<verbs_qp>());
+        assert!(l.qp_comp_mask() >= offset_of!(ibv_qp_ex, wr_atomic_write));
+        assert!(l.context_front() <= CONTEXT_FRONT_MAX);
         i += 1;
     }
     assert!(size_of::<ibv_cq>() == 128);
@@ -661,47 +769,66 @@ mod tests {
 
     unsafe extern "C" fn flush_stub(_: *mut ibv_qp_ex, _: u32, _: u64, _: usize, _: u8, _: u8) {}
 
-    /// rdma-core 44 reads `comp_mask` right after its `ibv_qp_ex`; 56 reads
-    /// `wr_flush` there and `comp_mask` 8 bytes on.
+    /// Where libibverbs reads `comp_mask`: right after its `ibv_qp_ex`,
+    /// which 39-43 end with `wr_abort` (344), 44 with `wr_atomic_write`
+    /// (352), 45 and later with `wr_flush` (360), as each release's verbs.h
+    /// and driver.h place them.
     #[test]
     fn the_qp_tail_is_laid_out_per_release() {
-        let l44 = Layout::of(44, 0).expect("44.0");
-        let l56 = Layout::of(56, 1).expect("56.1");
-        assert_eq!(Layout::of(56, 4), Some(l56));
-        assert_eq!(Layout::of(44, 1), None);
-        assert_eq!(Layout::of(57, 0), None);
-        assert_eq!(Layout::known(), "44.0, 56.x, 65.0");
-        // As driver.h and verbs.h of v44.0 and v56.1 place it.
-        assert_eq!((l44.qp_comp_mask(), l56.qp_comp_mask()), (352, 360));
-        // SAFETY: plain data; all-zero is valid.
-        let mut q: verbs_qp = unsafe { core::mem::zeroed() };
-        l44.set_qp_tail(&mut q, VERBS_QP_EX, Some(flush_stub));
-        assert_eq!(q.tail[..4], VERBS_QP_EX.to_ne_bytes());
-        assert!(q.tail[4..].iter().all(|&b| b == 0), "44 has no wr_flush");
-        assert_eq!(l44.qp_comp_mask_of(&q), VERBS_QP_EX);
-        // SAFETY: as above.
-        let mut q: verbs_qp = unsafe { core::mem::zeroed() };
-        l56.set_qp_tail(&mut q, VERBS_QP_EX, Some(flush_stub));
+        let l = |r| Layout::of(r, 0).expect("served");
+        assert_eq!(Layout::of(56, 4), Some(l(56)));
+        assert_eq!(Layout::of(38, 0), None);
+        assert_eq!(Layout::of(66, 0), None);
+        assert_eq!(Layout::known(), "39.0 to 65.x");
+        let offsets: Vec<usize> = [39, 43, 44, 45, 56, 65].map(|r| l(r).qp_comp_mask()).into();
+        assert_eq!(offsets, [344, 344, 352, 360, 360, 360]);
         let f = flush_stub as WrFlush as usize;
-        assert_eq!(q.tail[..8], f.to_ne_bytes());
-        assert_eq!(q.tail[8..12], VERBS_QP_EX.to_ne_bytes());
-        assert_eq!(l56.qp_comp_mask_of(&q), VERBS_QP_EX);
-        // SAFETY: as above.
-        let mut q: verbs_qp = unsafe { core::mem::zeroed() };
-        l56.set_qp_tail(&mut q, VERBS_QP_EX, None);
-        assert!(q.tail[..8].iter().all(|&b| b == 0), "no flush: NULL");
+        let with = |l: &Layout, flush| {
+            // SAFETY: plain data; all-zero is valid.
+            let mut q: verbs_qp = unsafe { core::mem::zeroed() };
+            // SAFETY: as above; the caller's part.
+            unsafe { (*q.u.qp_ex).wr_atomic_write = Some(atomic_write_stub) };
+            l.set_qp_tail(&mut q, VERBS_QP_EX, flush);
+            // SAFETY: the bytes of a plain-data struct, all initialised.
+            let bytes: [u8; size_of::<verbs_qp>()] = unsafe { core::mem::transmute(q) };
+            bytes
+        };
+        // 39: comp_mask where 44 has wr_atomic_write, nothing after it.
+        let q = with(l(39), Some(flush_stub));
+        assert_eq!(q[344..348], VERBS_QP_EX.to_ne_bytes());
+        assert!(q[348..].iter().all(|&b| b == 0), "39 has no more");
+        // 44: wr_atomic_write kept, comp_mask after it, no wr_flush.
+        let q = with(l(44), Some(flush_stub));
+        assert_eq!(
+            q[344..352],
+            (atomic_write_stub as AtomicWriteFn as usize).to_ne_bytes()
+        );
+        assert_eq!(q[352..356], VERBS_QP_EX.to_ne_bytes());
+        assert!(q[356..].iter().all(|&b| b == 0), "44 has no wr_flush");
+        // 56: wr_flush, then comp_mask; NULL when there is no Flush.
+        let q = with(l(56), Some(flush_stub));
+        assert_eq!(q[352..360], f.to_ne_bytes());
+        assert_eq!(q[360..364], VERBS_QP_EX.to_ne_bytes());
+        let q = with(l(56), None);
+        assert!(q[352..360].iter().all(|&b| b == 0), "no flush: NULL");
+        for l in LAYOUTS {
+            let mut q: verbs_qp = unsafe { core::mem::zeroed() };
+            l.set_qp_tail(&mut q, VERBS_QP_EX, None);
+            assert_eq!(l.qp_comp_mask_of(&q), VERBS_QP_EX, "{}", l.major);
+        }
     }
 
     unsafe extern "C" fn op_stub() {}
 
-    /// rdma-core 65's table: 93 entries, its 17 new ones NULL, every other
-    /// where its alphabetical order puts it (as in v65.0's driver.h).
+    /// Each release's table has its own length and puts every entry where
+    /// its alphabetical order does, those it added NULL: the positions of
+    /// four entries in each layout, as that release's driver.h numbers them.
     #[test]
     fn the_ops_table_is_laid_out_per_release() {
-        let mut all = OPS_44.to_vec();
-        all.extend_from_slice(OPS_ADDED_65);
+        let mut all: Vec<&str> = OPS_44.to_vec();
+        all.extend(OPS_ADDED.iter().map(|(n, _)| *n));
         all.sort_unstable();
-        assert!(OPS_44.is_sorted() && OPS_ADDED_65.is_sorted());
+        assert!(OPS_44.is_sorted() && OPS_ADDED.is_sorted());
         assert_eq!(all.len(), OPS_MAX);
         let ops = verbs_context_ops {
             alloc_null_mr: Some(op_stub),
@@ -710,10 +837,6 @@ mod tests {
             unimport_pd: Some(op_stub),
             ..verbs_context_ops::EMPTY
         };
-        let l44 = Layout::of(44, 0).expect("44.0");
-        let l65 = Layout::of(65, 0).expect("65.0");
-        let t44 = l44.ops_table(&ops);
-        let t65 = l65.ops_table(&ops);
         let set = |t: &[Op]| -> Vec<usize> {
             t.iter()
                 .enumerate()
@@ -721,20 +844,62 @@ mod tests {
                 .map(|(i, _)| i)
                 .collect()
         };
-        // 44: alloc_null_mr 3, query_rt_values 63, reg_mr 68, unimport_pd 75;
-        // 65: 5, 75, 82, 92.
-        assert_eq!(set(&t44), [3, 63, 68, 75]);
-        assert_eq!(set(&t65), [5, 75, 82, 92]);
+        // (release, entries, alloc_null_mr, query_rt_values, reg_mr, unimport_pd)
+        for (r, len, want) in [
+            (39, 76, [3, 63, 68, 75]),
+            (58, 76, [3, 63, 68, 75]),
+            (59, 79, [4, 65, 70, 78]),
+            (61, 79, [4, 65, 70, 78]),
+            (62, 81, [4, 67, 72, 80]),
+            (64, 83, [5, 69, 74, 82]),
+            (65, 93, [5, 75, 82, 92]),
+        ] {
+            let l = Layout::of(r, 0).expect("served");
+            assert_eq!(l.ops_len(), len, "{r}");
+            assert_eq!(set(&l.ops_table(&ops)), want, "{r}");
+        }
+        let t65 = Layout::of(65, 0).expect("65").ops_table(&ops);
         for (i, name) in all.iter().enumerate() {
             let want = ["alloc_null_mr", "query_rt_values", "reg_mr", "unimport_pd"].contains(name);
             assert_eq!(t65[i].is_some(), want, "{name} at {i}");
         }
-        assert_eq!((l44.private_abi(), l65.private_abi()), (34, 65));
-        assert_eq!((l44.context_front(), l65.context_front()), (0, 48));
-        assert_eq!(Layout::of(56, 1).map(|l| l.private_abi()), Some(34));
-        assert_eq!(Layout::of(64, 0), None);
-        assert_eq!(private::register_driver(65), c"verbs_register_driver_65");
     }
+
+    /// The private ABI number, the library's file name, the context's front
+    /// and get_context's arguments, release by release.
+    #[test]
+    fn the_releases_differ_as_their_headers_say() {
+        let row = |r| {
+            let l = Layout::of(r, 0).expect("served");
+            (
+                l.private_abi(),
+                l.library_minor(),
+                l.context_front(),
+                l.get_context_fd_arr(),
+            )
+        };
+        assert_eq!(row(39), (34, 14, 0, false));
+        assert_eq!(row(56), (34, 14, 0, false));
+        assert_eq!(row(57), (57, 14, 0, true));
+        assert_eq!(row(58), (57, 14, 0, true));
+        assert_eq!(row(59), (59, 15, 24, true));
+        assert_eq!(row(61), (59, 15, 24, true));
+        assert_eq!(row(62), (59, 16, 32, true));
+        assert_eq!(row(63), (59, 16, 32, true));
+        assert_eq!(row(64), (64, 17, 48, true));
+        assert_eq!(row(65), (65, 18, 48, true));
+        for abi in PRIVATE_ABIS {
+            let n = format!("verbs_register_driver_{abi}");
+            assert_eq!(private::register_driver(abi).to_str(), Ok(n.as_str()));
+            let v = format!("IBVERBS_PRIVATE_{abi}");
+            assert_eq!(private::version(abi).to_str(), Ok(v.as_str()));
+        }
+        let abis: Vec<u32> = LAYOUTS.iter().map(|l| l.private_abi()).collect();
+        assert!(PRIVATE_ABIS.iter().all(|a| abis.contains(a)));
+    }
+
+    type AtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);
+    unsafe extern "C" fn atomic_write_stub(_: *mut ibv_qp_ex, _: u32, _: u64, _: *const c_void) {}
 
     unsafe extern "C" fn reg_mr_stub(
         _: *mut ibv_pd,

@@ -7,7 +7,7 @@ use std::mem::size_of;
 use std::sync::OnceLock;
 
 use xiw_abi::driver::private::{
-    self as p, CmdGetContext34, CmdGetContext65, InitAndAllocContext, Log, RegisterDriver, SetOps,
+    self as p, CmdGetContext34, CmdGetContext57, InitAndAllocContext, Log, RegisterDriver, SetOps,
     UninitContext,
 };
 use xiw_abi::driver::*;
@@ -26,7 +26,7 @@ pub struct Private {
 #[derive(Clone, Copy)]
 enum GetContext {
     V34(CmdGetContext34),
-    V65(CmdGetContext65),
+    V57(CmdGetContext57),
 }
 
 impl Private {
@@ -76,7 +76,7 @@ impl Private {
         let rc = unsafe {
             match self.get_context {
                 GetContext::V34(f) => f(vctx, c, cs, r, rs),
-                GetContext::V65(f) => f(vctx, c, cs, std::ptr::null_mut(), r, rs),
+                GetContext::V57(f) => f(vctx, c, cs, std::ptr::null_mut(), r, rs),
             }
         };
         if rc == 0 {
@@ -159,19 +159,25 @@ pub fn private() -> Option<&'static Private> {
 
 /// The private ABI layout in use (rdma-core 44's where none was found).
 pub fn layout() -> &'static Layout {
-    found().as_ref().map_or(&LAYOUTS[0], |f| f.layout)
+    found().as_ref().map_or(MIRRORED, |f| f.layout)
 }
 
 /// Which of [`LAYOUTS`] the loaded libibverbs has, or why none: the
-/// release its file name carries, confirmed by the helpers of that
-/// release's private ABI and by a symbol that only some releases export.
+/// release its file name carries, confirmed by what the library exports
+/// (see [`find`]).
 pub fn detect() -> Result<&'static Layout, String> {
     found().as_ref().map(|f| f.layout).map_err(Clone::clone)
 }
 
+/// The release of the loaded libibverbs, from three sources that must
+/// agree: its file name (`libibverbs.so.1.14.44.0`: library version 1.14 of
+/// rdma-core 44.0), the private ABI whose `verbs_register_driver_N` it
+/// exports, and the probe symbols it exports ([`PROBES`]), which arrived in
+/// known releases. Releases 39 to 48 export the same symbols; there the name
+/// alone tells them apart.
 fn find() -> Result<Found, String> {
     let lib = Loaded::get().ok_or("libibverbs is not loaded")?;
-    let v = rdma_core_version(&lib)
+    let (library_minor, v) = rdma_core_version(&lib)
         .ok_or("cannot tell which rdma-core version loaded this provider")?;
     let (major, minor) = v
         .split_once('.')
@@ -184,6 +190,22 @@ fn find() -> Result<Found, String> {
         )
     })?;
     let abi = l.private_abi();
+    let exported_abis: Vec<u32> = PRIVATE_ABIS
+        .into_iter()
+        .filter(|&a| lib.address(p::register_driver(a), p::version(a)).is_some())
+        .collect();
+    let probes_agree = PROBES.iter().all(|&(name, node, since)| {
+        let version = match node {
+            Node::Public(v) => v,
+            Node::Private => p::version(abi),
+        };
+        lib.address(name, version).is_some() == l.has_probe(since)
+    });
+    if exported_abis != [abi] || library_minor != l.library_minor() || !probes_agree {
+        return Err(format!(
+            "libibverbs is named as rdma-core {v}, but its symbols are not that release's"
+        ));
+    }
     // SAFETY: each type is its name's (xiw_abi::driver::private).
     let private = unsafe {
         (|| {
@@ -194,8 +216,8 @@ fn find() -> Result<Found, String> {
                 uninit_context: lib.helper::<UninitContext>(p::UNINIT_CONTEXT, abi)?,
                 set_ops: lib.helper::<SetOps>(p::SET_OPS, abi)?,
                 log: lib.helper::<Log>(p::LOG, abi)?,
-                get_context: if abi >= 65 {
-                    GetContext::V65(lib.helper(p::CMD_GET_CONTEXT, abi)?)
+                get_context: if l.get_context_fd_arr() {
+                    GetContext::V57(lib.helper(p::CMD_GET_CONTEXT, abi)?)
                 } else {
                     GetContext::V34(lib.helper(p::CMD_GET_CONTEXT, abi)?)
                 },
@@ -203,18 +225,13 @@ fn find() -> Result<Found, String> {
         })()
     }
     .ok_or_else(|| format!("libibverbs of rdma-core {v} lacks the private helpers of ABI {abi}"))?;
-    let has_opcode_str = lib.address(c"ibv_wr_opcode_str", p::version(abi)).is_some();
-    if has_opcode_str != l.has_wr_opcode_str() {
-        return Err(format!(
-            "libibverbs is named as rdma-core {v}, but its symbols are not that release's"
-        ));
-    }
     Ok(Found { layout: l, private })
 }
 
-/// The rdma-core version of the libibverbs in this process, from its file name
-/// (`libibverbs.so.1.14.44.0` is rdma-core 44.0).
-fn rdma_core_version(lib: &Loaded) -> Option<String> {
+/// The library's minor version and the rdma-core version of the
+/// libibverbs in this process, from its file name
+/// (`libibverbs.so.1.14.44.0` is library version 1.14 of rdma-core 44.0).
+fn rdma_core_version(lib: &Loaded) -> Option<(u32, String)> {
     // SAFETY: an all-zero Dl_info is valid; dladdr fills it for a symbol we link.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     let f = lib.address(c"ibv_get_device_list", c"IBVERBS_1.1")?;
@@ -230,6 +247,6 @@ fn rdma_core_version(lib: &Loaded) -> Option<String> {
     let real = std::fs::canonicalize(&path).ok()?;
     let name = real.file_name()?.to_str()?;
     let v = name.strip_prefix("libibverbs.so.1.")?;
-    let (_, core) = v.split_once('.')?;
-    Some(core.to_owned())
+    let (library_minor, core) = v.split_once('.')?;
+    Some((library_minor.parse().ok()?, core.to_owned()))
 }
