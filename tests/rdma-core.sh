@@ -21,6 +21,7 @@
 #   bash tests/rdma-core.sh sid - (-: whatever release it has)
 #   bash tests/rdma-core.sh sid 66.0 --refused
 #   bash tests/rdma-core.sh --built 59.0
+#   bash tests/rdma-core.sh --built DIR   (DIR laid out as rdma-core-build.sh does)
 set -euo pipefail
 
 usage="usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE | --refused] | --built VERSION"
@@ -40,7 +41,14 @@ if [[ $suite == --built ]]; then
     # A libibverbs built from source, on this host: its compiled-in provider
     # and configuration directories (under the build's prefix/) hold xiw
     # alone; programs find the library by LD_LIBRARY_PATH.
-    build=$(bash "$repo/tests/rdma-core-build.sh" "${expect:?$usage}")
+    # A release tests/rdma-core-build.sh knows, or a directory laid out as
+    # it lays one out (a libibverbs built elsewhere).
+    if [[ -d ${expect:?$usage} ]]; then
+        build=$(cd "$expect" && pwd)
+        expect=
+    else
+        build=$(bash "$repo/tests/rdma-core-build.sh" "$expect")
+    fi
     suite="built from source"
     [[ -d $build/src ]] || suite="a registry's build"
     lib=$(basename "$(readlink -f "$build/build/lib/libibverbs.so.1")")
@@ -53,7 +61,7 @@ if [[ $suite == --built ]]; then
         install -m 0644 "$provider" "$build/prefix/lib/libibverbs/libxiw-rdmav$abi.so"
         install -m 0644 /etc/libibverbs.d/xiw.driver "$build/prefix/etc/libibverbs.d/xiw.driver"
     fi
-    tree=/run/xiw/built-$expect
+    tree=/run/xiw/built-$(basename "$build")
     cleanup() { "$repo/target/release/xiw" down --root "$tree" >/dev/null 2>&1 || true; }
     trap cleanup EXIT
     "$repo/target/release/xiw" up --netdev lo --root "$tree" >/dev/null
