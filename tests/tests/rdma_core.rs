@@ -21,7 +21,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use xiw_abi::driver::{Layout, NEWEST};
 use xiw_tests::harness::{notice, serial, HugePages};
@@ -32,15 +32,20 @@ use xiw_tests::pyverbs::{check, MAY_FAIL, MAY_FAIL_PLACED};
 /// major version (measured with 56.1 and 65.0).
 const MIN_OK: &[(u32, (usize, usize))] = &[(56, (86, 101)), (65, (101, 120))];
 
+/// Runs the repository's bash `script` with `args`.
+fn bash(script: &str, args: &[&OsStr]) -> Output {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    Command::new("bash")
+        .arg(repo.join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {script}: {e}"))
+}
+
 /// Runs `tests/rdma-core.sh` with `args`; fails the test with its output
 /// unless it succeeds. Prints what it printed.
 fn rdma_core_sh(args: &[&OsStr]) {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(repo.join("tests/rdma-core.sh"))
-        .args(args)
-        .output()
-        .expect("running tests/rdma-core.sh");
+    let out = bash("tests/rdma-core.sh", args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}");
@@ -54,12 +59,7 @@ fn rdma_core_sh(args: &[&OsStr]) {
 /// its libibverbs' file name, as (major, minor); or why the chroot could not
 /// be made.
 fn release_in(suite: &str) -> Result<(u32, u32), String> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(repo.join("pkg/chroot.sh"))
-        .arg(suite)
-        .output()
-        .expect("running pkg/chroot.sh");
+    let out = bash("pkg/chroot.sh", &[suite.as_ref()]);
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }

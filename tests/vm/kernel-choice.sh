@@ -80,6 +80,21 @@ xiw_dep_list() {
     tr ',' '\n' | sed -e 's/|.*//' -e 's/^ *//' -e 's/ *$//' -e 's/ *(\([<>=]*\) *\([^)]*\))/ \1 \2/' | grep -v '^$'
 }
 
+# Within xiw_kernel_choose, for the kernel at revision $ver: takes package
+# NAME at $ver or at the newest revision of its upstream version (into
+# `out`, with a note if not at $ver), or counts it as missing.
+xiw_take_same_upstream() {
+    local name=$1 pick
+    xiw_load "$name"
+    pick=$(xiw_same_upstream "$name" "$ver")
+    if [[ -z $pick ]]; then
+        missing+="${missing:+, }$name (${ver%-*}-*)"
+    else
+        out+=("pkg $name $pick")
+        [[ $pick == "$ver" ]] || out+=("note $name $pick for $ver")
+    fi
+}
+
 # xiw_kernel_choose: prints the chosen set, or fails (status 1) with one line
 # on stderr. Output lines:
 #   kver KVER                    the kernel's release (uname -r)
@@ -88,7 +103,7 @@ xiw_dep_list() {
 #   note TEXT                    a package taken at another revision than V
 #   compiler NAME                the compiler the headers ask for (gcc-N), if any
 xiw_kernel_choose() {
-    local first_missing= v image kver ver headers name op dver pick major missing
+    local first_missing= v image kver ver headers name op dver major missing
     local -a out
     while read -r v; do
         out=()
@@ -124,28 +139,12 @@ xiw_kernel_choose() {
                             missing+="${missing:+, }$name (= ${dver:-$ver})"
                         fi
                         ;;
-                    linux-kbuild-*)
-                        xiw_load "$name"
-                        pick=$(xiw_same_upstream "$name" "$ver")
-                        if [[ -z $pick ]]; then
-                            missing+="${missing:+, }$name (${ver%-*}-*)"
-                        else
-                            out+=("pkg $name $pick")
-                            [[ $pick == "$ver" ]] || out+=("note $name $pick for $ver")
-                        fi
-                        ;;
+                    linux-kbuild-*) xiw_take_same_upstream "$name" ;;
                     gcc-[0-9]*) out+=("compiler $name") ;;
                     esac
                 done < <(apt_depends "$headers" "$ver" | xiw_dep_list)
                 major=$(awk -F. '{ print $1 "." $2 }' <<<"$kver")
-                xiw_load "linux-source-$major"
-                pick=$(xiw_same_upstream "linux-source-$major" "$ver")
-                if [[ -z $pick ]]; then
-                    missing+="${missing:+, }linux-source-$major (${ver%-*}-*)"
-                else
-                    out+=("pkg linux-source-$major $pick")
-                    [[ $pick == "$ver" ]] || out+=("note linux-source-$major $pick for $ver")
-                fi
+                xiw_take_same_upstream "linux-source-$major"
             fi
         fi
         if [[ -z $missing ]]; then
