@@ -22,6 +22,13 @@
 
 #define XIW_DRIVER_ID ((enum rdma_driver_id)XIW_KERNEL_DRIVER_ID)
 
+/* The address type kernel_bind() and kernel_connect() take. */
+#ifdef XIW_SOCKADDR_UNSIZED
+#define XIW_SOCKADDR(a) ((struct sockaddr_unsized *)(a))
+#else
+#define XIW_SOCKADDR(a) ((struct sockaddr *)(a))
+#endif
+
 /* The port's GIDs: its IPv4 address, then its hardware address. */
 enum {
 	XIW_GID_ADDR,

@@ -799,10 +799,10 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	if (net_eq(dev_net(xdev->ndev), sock_net(s->sk)))
 		rv = sock_bindtoindex(s->sk, xdev->ndev->ifindex, true);
 	if (!rv)
-		rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
+		rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
 				 xiw_addr_len(&id->local_addr));
 	if (!rv)
-		rv = kernel_connect(s, (struct sockaddr *)&id->remote_addr,
+		rv = kernel_connect(s, XIW_SOCKADDR(&id->remote_addr),
 				    xiw_addr_len(&id->remote_addr), 0);
 	if (rv) {
 		sock_release(s);
@@ -943,7 +943,7 @@ int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 	if (!rv && xiw_addr_any(&id->local_addr))
 		rv = sock_bindtoindex(s->sk, xdev->ndev->ifindex, true);
 	if (!rv)
-		rv = kernel_bind(s, (struct sockaddr *)&id->local_addr,
+		rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
 				 xiw_addr_len(&id->local_addr));
 	if (!rv)
 		rv = kernel_listen(s, backlog);

@@ -350,8 +350,13 @@ void xiw_stream_ev_init(struct xiw_stream_ev *ev)
 {
 	ev->uctx = NULL;
 	ev->slot = 0;
+#ifdef XIW_HRTIMER_SETUP
+	hrtimer_setup(&ev->timer, xiw_stream_timer, CLOCK_MONOTONIC,
+		      HRTIMER_MODE_REL_SOFT);
+#else
 	hrtimer_init(&ev->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL_SOFT);
 	ev->timer.function = xiw_stream_timer;
+#endif
 }
 
 /*

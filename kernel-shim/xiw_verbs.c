@@ -471,6 +471,19 @@ static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 	return mr;
 }
 
+#ifdef XIW_REG_USER_MR_DMAH
+/* Kernels that pass a DMA handle: xiw offers none, so there is never one. */
+static struct ib_mr *xiw_reg_user_mr_dmah(struct ib_pd *pd, u64 start, u64 len,
+					  u64 iova, int access,
+					  struct ib_dmah *dmah,
+					  struct ib_udata *udata)
+{
+	if (dmah)
+		return ERR_PTR(-EOPNOTSUPP);
+	return xiw_reg_user_mr(pd, start, len, iova, access, udata);
+}
+#endif
+
 static int xiw_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct xiw_device *xdev = to_xdev(ibmr->device);
@@ -534,7 +547,11 @@ const struct ib_device_ops xiw_device_ops = {
 	.query_pkey = xiw_query_pkey,
 	.query_qp = xiw_query_qp,
 	.query_port = xiw_query_port,
+#ifdef XIW_REG_USER_MR_DMAH
+	.reg_user_mr = xiw_reg_user_mr_dmah,
+#else
 	.reg_user_mr = xiw_reg_user_mr,
+#endif
 	.req_notify_cq = xiw_req_notify_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_cq, xiw_cq, base),

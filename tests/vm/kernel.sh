@@ -8,13 +8,13 @@
 #                                  scripts/checkpatch.pl and its data files,
 #                                  and drivers/infiniband/sw/siw
 #
-# usage: tests/vm/kernel.sh [bookworm|trixie]
+# usage: tests/vm/kernel.sh [bookworm|trixie|sid]
 #
 # bookworm (Debian 12, the default): unpacked under $XIW_VM_CACHE (default
 # /var/cache/xiw-vm/<kver>); its build tools run on this (Debian 12) host.
-# trixie (Debian 13): its build tools need Debian 13's compiler and
-# libraries, so it is fetched and unpacked inside the Debian 13 chroot of
-# pkg/chroot.sh (under /var/cache/xiw-vm/<kver> there), where modules for it
+# trixie (Debian 13) and sid (unstable): their build tools need that
+# release's compiler and libraries, so the kernel is fetched and unpacked
+# inside the release's chroot of pkg/chroot.sh (under /var/cache/xiw-vm/<kver> there), where modules for it
 # are built; the root then also holds a file `.chroot` naming the chroot.
 # Nothing is installed on the host: the packages are only unpacked.
 set -euo pipefail
@@ -27,12 +27,12 @@ bookworm)
     chroot_dir=
     inner=${XIW_VM_CACHE:-/var/cache/xiw-vm}
     ;;
-trixie)
-    chroot_dir=$(bash "$repo/pkg/chroot.sh" trixie)
+trixie | sid)
+    chroot_dir=$(bash "$repo/pkg/chroot.sh" "$suite")
     inner=/var/cache/xiw-vm
     ;;
 *)
-    echo "kernel.sh: unknown suite '$suite' (known: bookworm, trixie)" >&2
+    echo "kernel.sh: unknown suite '$suite' (known: bookworm, trixie, sid)" >&2
     exit 2
     ;;
 esac
@@ -48,7 +48,9 @@ in_suite() {
 
 if [[ -n $chroot_dir && ! -e $chroot_dir/.xiw-kbuild ]]; then
     # The kernel's build tools, with the suite's compiler.
-    in_suite apt-get update -qq >&2
+    # Unstable's Release file may be past its Valid-Until on a mirror that lags;
+    # its signature is still checked.
+    in_suite apt-get -o Acquire::Check-Valid-Until=false update -qq >&2
     in_suite apt-get install -y -qq --no-install-recommends make libelf1t64 libssl3t64 zlib1g xz-utils pahole >&2
     touch "$chroot_dir/.xiw-kbuild"
 fi
