@@ -14,8 +14,9 @@
 # /var/cache/xiw-vm/<kver>); its build tools run on this (Debian 12) host.
 # trixie (Debian 13) and sid (unstable): their build tools need that
 # release's compiler and libraries, so the kernel is fetched and unpacked
-# inside the release's chroot of pkg/chroot.sh (under /var/cache/xiw-vm/<kver> there), where modules for it
-# are built; the root then also holds a file `.chroot` naming the chroot.
+# inside the release's chroot of pkg/chroot.sh (under /var/cache/xiw-vm/<kver>
+# there), where modules for it are built; the root then also holds a file
+# `.chroot` naming the chroot.
 # Nothing is installed on the host: the packages are only unpacked.
 set -euo pipefail
 
