@@ -90,9 +90,6 @@ pub const PROBES: &[(&core::ffi::CStr, Node, u32)] = &[
     (c"ibv_create_comp_cntr", Node::Public(c"IBVERBS_1.18"), 65),
 ];
 
-/// Every private ABI number a served release has, oldest first.
-pub const PRIVATE_ABIS: [u32; 5] = [34, 57, 59, 64, 65];
-
 impl Layout {
     /// The private ABI number: the provider file name
     /// (`libxiw-rdmavN.so`), `verbs_register_driver_N` and the symbol
@@ -129,8 +126,10 @@ impl Layout {
         self.major >= 45
     }
 
-    /// `sizeof(struct ibv_qp_ex)` in this release.
-    pub const fn qp_ex_size(&self) -> usize {
+    /// Offset of `verbs_qp.comp_mask`: right after this release's
+    /// `ibv_qp_ex`, which is 344 bytes, 352 with `wr_atomic_write`, 360 with
+    /// `wr_flush` too.
+    pub const fn qp_comp_mask(&self) -> usize {
         if self.qp_ex_flush() {
             360
         } else if self.qp_ex_atomic_write() {
@@ -138,11 +137,6 @@ impl Layout {
         } else {
             344
         }
-    }
-
-    /// Offset of `verbs_qp.comp_mask`: right after `ibv_qp_ex`.
-    pub const fn qp_comp_mask(&self) -> usize {
-        self.qp_ex_size()
     }
 
     /// `ibv_cmd_get_context` takes an `fd_arr` (rdma-core 57 and later).
@@ -209,8 +203,9 @@ impl Layout {
         out
     }
 
-    /// The layout of release `major.minor`, if it is served.
-    pub fn of(major: u32, _minor: u32) -> Option<&'static Layout> {
+    /// The layout of release series `major` (any minor release), if it is
+    /// served.
+    pub fn of(major: u32) -> Option<&'static Layout> {
         LAYOUTS.iter().find(|l| l.major == major)
     }
 
@@ -646,26 +641,32 @@ pub mod private {
     use super::*;
     use core::ffi::CStr;
 
+    /// Every private ABI number a served release has, oldest first, with
+    /// the symbol version its helpers carry and its `verbs_register_driver_N`.
+    pub const ABIS: [(u32, &CStr, &CStr); 5] = [
+        (34, c"IBVERBS_PRIVATE_34", c"verbs_register_driver_34"),
+        (57, c"IBVERBS_PRIVATE_57", c"verbs_register_driver_57"),
+        (59, c"IBVERBS_PRIVATE_59", c"verbs_register_driver_59"),
+        (64, c"IBVERBS_PRIVATE_64", c"verbs_register_driver_64"),
+        (65, c"IBVERBS_PRIVATE_65", c"verbs_register_driver_65"),
+    ];
+
+    /// The entry of [`ABIS`] for `abi`, one a served release has
+    /// ([`Layout::private_abi`]).
+    fn entry(abi: u32) -> &'static (u32, &'static CStr, &'static CStr) {
+        ABIS.iter()
+            .find(|e| e.0 == abi)
+            .expect("a private ABI number of a served release")
+    }
+
     /// The symbol version the helpers of private ABI `abi` carry.
     pub fn version(abi: u32) -> &'static CStr {
-        match abi {
-            57 => c"IBVERBS_PRIVATE_57",
-            59 => c"IBVERBS_PRIVATE_59",
-            64 => c"IBVERBS_PRIVATE_64",
-            65 => c"IBVERBS_PRIVATE_65",
-            _ => c"IBVERBS_PRIVATE_34",
-        }
+        entry(abi).1
     }
 
     /// `verbs_register_driver_N` of private ABI `abi`.
     pub fn register_driver(abi: u32) -> &'static CStr {
-        match abi {
-            57 => c"verbs_register_driver_57",
-            59 => c"verbs_register_driver_59",
-            64 => c"verbs_register_driver_64",
-            65 => c"verbs_register_driver_65",
-            _ => c"verbs_register_driver_34",
-        }
+        entry(abi).2
     }
     pub type RegisterDriver = unsafe extern "C" fn(ops: *const verbs_device_ops);
 
@@ -775,10 +776,10 @@ mod tests {
     /// and driver.h place them.
     #[test]
     fn the_qp_tail_is_laid_out_per_release() {
-        let l = |r| Layout::of(r, 0).expect("served");
-        assert_eq!(Layout::of(56, 4), Some(l(56)));
-        assert_eq!(Layout::of(38, 0), None);
-        assert_eq!(Layout::of(66, 0), None);
+        let l = |r| Layout::of(r).expect("served");
+        assert_eq!(Layout::of(56), Some(l(56)));
+        assert_eq!(Layout::of(38), None);
+        assert_eq!(Layout::of(66), None);
         assert_eq!(Layout::known(), "39.0 to 65.x");
         let offsets: Vec<usize> = [39, 43, 44, 45, 56, 65].map(|r| l(r).qp_comp_mask()).into();
         assert_eq!(offsets, [344, 344, 352, 360, 360, 360]);
@@ -854,11 +855,11 @@ mod tests {
             (64, 83, [5, 69, 74, 82]),
             (65, 93, [5, 75, 82, 92]),
         ] {
-            let l = Layout::of(r, 0).expect("served");
+            let l = Layout::of(r).expect("served");
             assert_eq!(l.ops_len(), len, "{r}");
             assert_eq!(set(&l.ops_table(&ops)), want, "{r}");
         }
-        let t65 = Layout::of(65, 0).expect("65").ops_table(&ops);
+        let t65 = Layout::of(65).expect("65").ops_table(&ops);
         for (i, name) in all.iter().enumerate() {
             let want = ["alloc_null_mr", "query_rt_values", "reg_mr", "unimport_pd"].contains(name);
             assert_eq!(t65[i].is_some(), want, "{name} at {i}");
@@ -870,7 +871,7 @@ mod tests {
     #[test]
     fn the_releases_differ_as_their_headers_say() {
         let row = |r| {
-            let l = Layout::of(r, 0).expect("served");
+            let l = Layout::of(r).expect("served");
             (
                 l.private_abi(),
                 l.library_minor(),
@@ -888,14 +889,16 @@ mod tests {
         assert_eq!(row(63), (59, 16, 32, true));
         assert_eq!(row(64), (64, 17, 48, true));
         assert_eq!(row(65), (65, 18, 48, true));
-        for abi in PRIVATE_ABIS {
+        for (abi, _, _) in private::ABIS {
             let n = format!("verbs_register_driver_{abi}");
             assert_eq!(private::register_driver(abi).to_str(), Ok(n.as_str()));
             let v = format!("IBVERBS_PRIVATE_{abi}");
             assert_eq!(private::version(abi).to_str(), Ok(v.as_str()));
         }
+        // Every number listed is some release's, and every release's is listed.
         let abis: Vec<u32> = LAYOUTS.iter().map(|l| l.private_abi()).collect();
-        assert!(PRIVATE_ABIS.iter().all(|a| abis.contains(a)));
+        assert!(private::ABIS.iter().all(|e| abis.contains(&e.0)));
+        assert!(abis.iter().all(|a| private::ABIS.iter().any(|e| e.0 == *a)));
     }
 
     type AtomicWriteFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void);

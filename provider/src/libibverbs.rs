@@ -179,20 +179,23 @@ fn find() -> Result<Found, String> {
     let lib = Loaded::get().ok_or("libibverbs is not loaded")?;
     let (library_minor, v) = rdma_core_version(&lib)
         .ok_or("cannot tell which rdma-core version loaded this provider")?;
-    let (major, minor) = v
+    // "56.1": the series decides the layout (no minor release changed one).
+    let major: u32 = v
         .split_once('.')
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .filter(|(_, minor)| minor.parse::<u32>().is_ok())
+        .and_then(|(major, _)| major.parse().ok())
         .ok_or_else(|| format!("cannot read the rdma-core version {v:?}"))?;
-    let l = Layout::of(major, minor).ok_or_else(|| {
+    let l = Layout::of(major).ok_or_else(|| {
         format!(
             "running with rdma-core {v}; this provider serves rdma-core {}",
             Layout::known()
         )
     })?;
     let abi = l.private_abi();
-    let exported_abis: Vec<u32> = PRIVATE_ABIS
-        .into_iter()
-        .filter(|&a| lib.address(p::register_driver(a), p::version(a)).is_some())
+    let exported_abis: Vec<u32> = p::ABIS
+        .iter()
+        .filter(|(_, version, register)| lib.address(register, version).is_some())
+        .map(|e| e.0)
         .collect();
     let probes_agree = PROBES.iter().all(|&(name, node, since)| {
         let version = match node {

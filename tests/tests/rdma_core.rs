@@ -101,7 +101,7 @@ fn runs_xiw_under(suite: &str, what: &str, unstable: bool) {
         Err(why) => panic!("pkg/chroot.sh {suite}: {why}"),
     };
     let version = format!("{major}.{minor}");
-    if Layout::of(major, minor).is_some() {
+    if Layout::of(major).is_some() {
         let min_ok = MIN_OK
             .iter()
             .find(|(m, _)| *m == major)
