@@ -16,8 +16,10 @@
 #include <linux/file.h>
 #include <linux/in.h>
 #include <linux/in6.h>
+#include <linux/inetdevice.h>
 #include <linux/net.h>
 #include <linux/workqueue.h>
+#include <net/addrconf.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -47,14 +49,18 @@ MODULE_PARM_DESC(mpa_crc, "ask peers for MPA CRC (either side asking means CRC)"
 #define MPA_RTR_WRITE 0x8000	/* in ORD */
 #define MPA_RTR_READ 0x4000	/* in ORD */
 
-/* How long a peer may take to send its MPA frame. */
+/* How long a peer may take to send its MPA frame, or to take a connection. */
 #define XIW_MPA_TIMEOUT (10 * HZ)
+
+/* At most so many of its netdev's addresses a wildcard listen listens on. */
+#define XIW_LISTEN_ADDRS 16
 
 static const char mpa_req_key[16] = "MPA ID Req Frame";
 static const char mpa_rep_key[16] = "MPA ID Rep Frame";
 
 enum xiw_cep_state {
 	XIW_CEP_LISTEN,
+	XIW_CEP_CONNECTING,	/* active: the TCP connection is being made */
 	XIW_CEP_AWAIT_REQ,	/* passive: reading the Request */
 	XIW_CEP_AWAIT_ACCEPT,	/* passive: reported, the application decides */
 	XIW_CEP_AWAIT_REPLY,	/* active: reading the Reply */
@@ -84,6 +90,9 @@ struct xiw_cep {
 	bool disconnect_reported;
 	u8 frame[MPA_HDR_LEN + MPA_MAX_PD];
 	unsigned int got;
+	/* Active: the application's private data, until the Request is sent. */
+	void *pdata;
+	u16 pdata_len;
 	u16 ird, ord, peer_ird, peer_ord;
 	u8 rtr;
 	bool crc;
@@ -94,13 +103,25 @@ struct xiw_cep {
 	struct xiw_stream_ev ev;
 };
 
+/*
+ * A listen of the connection manager (its cm_id's provider_data): an
+ * endpoint per address listened on, each with a reference.
+ */
+struct xiw_listen {
+	unsigned int n;
+	struct xiw_cep *ceps[];
+};
+
 static struct workqueue_struct *xiw_cm_wq;
 
 static void xiw_cep_work(struct work_struct *w);
 
 static void xiw_cep_free(struct kref *ref)
 {
-	kfree(container_of(ref, struct xiw_cep, ref));
+	struct xiw_cep *cep = container_of(ref, struct xiw_cep, ref);
+
+	kfree(cep->pdata);
+	kfree(cep);
 }
 
 static void xiw_cep_put(struct xiw_cep *cep)
@@ -330,12 +351,12 @@ static void xiw_cm_report(struct xiw_cep *cep, struct iw_cm_id *id,
 	ev.event = type;
 	ev.status = status;
 	ev.provider_data = cep;
+	/* The socket's addresses; a connect that failed has no peer's. */
+	ev.local_addr = id->local_addr;
+	ev.remote_addr = id->remote_addr;
 	if (cep->sock) {
 		kernel_getsockname(cep->sock, (struct sockaddr *)&ev.local_addr);
 		kernel_getpeername(cep->sock, (struct sockaddr *)&ev.remote_addr);
-	} else {
-		ev.local_addr = id->local_addr;
-		ev.remote_addr = id->remote_addr;
 	}
 	if (pdata && cep->got >= MPA_HDR_LEN) {
 		/* xiw_mpa_recv took only frames whose data fits the event. */
@@ -515,7 +536,8 @@ static int xiw_cep_fail(struct xiw_cep *cep, int err)
 	bool bound = cep->state == XIW_CEP_AWAIT_TAKE ||
 		     cep->state == XIW_CEP_TAKEN;
 
-	if (cep->active && (bound || cep->state == XIW_CEP_AWAIT_REPLY)) {
+	if (cep->active && (bound || cep->state == XIW_CEP_CONNECTING ||
+			    cep->state == XIW_CEP_AWAIT_REPLY)) {
 		xiw_cm_report(cep, cep->cm_id, IW_CM_EVENT_CONNECT_REPLY,
 			      err, false);
 	} else if (!cep->active && bound) {
@@ -711,6 +733,39 @@ static int xiw_cep_read_frame(struct xiw_cep *cep)
 	return xiw_cep_end(cep);
 }
 
+/*
+ * Active: the TCP connection is up (the Request goes, and the Reply is
+ * read), failed, or not up by the deadline. As xiw_cep_end, whose count it
+ * returns.
+ */
+static int xiw_cep_tcp_up(struct xiw_cep *cep)
+{
+	struct sock *sk = cep->sock->sk;
+	int rv;
+
+	if ((1 << sk->sk_state) & (TCPF_SYN_SENT | TCPF_SYN_RECV)) {
+		if (time_after_eq(jiffies, cep->deadline))
+			return xiw_cep_fail(cep, -ETIMEDOUT);
+		xiw_cep_look_at(cep, cep->deadline - jiffies);
+		return 0;
+	}
+	if (sk->sk_state != TCP_ESTABLISHED) {
+		rv = sock_error(sk);
+		return xiw_cep_fail(cep, rv ? rv : -ECONNRESET);
+	}
+	cep->state = XIW_CEP_AWAIT_REPLY;
+	cep->deadline = jiffies + XIW_MPA_TIMEOUT;
+	xiw_cep_watch(cep, true);
+	rv = xiw_mpa_send(cep, mpa_req_key, mpa_crc ? MPA_FLAG_CRC : 0,
+			  cep->ird | MPA_P2P, cep->ord | MPA_RTR_WRITE,
+			  cep->pdata, cep->pdata_len);
+	kfree(cep->pdata);
+	cep->pdata = NULL;
+	if (rv)
+		return xiw_cep_fail(cep, rv);
+	return xiw_cep_read_frame(cep);
+}
+
 static void xiw_cep_work(struct work_struct *w)
 {
 	struct xiw_cep *cep = container_of(to_delayed_work(w), struct xiw_cep,
@@ -722,6 +777,9 @@ static void xiw_cep_work(struct work_struct *w)
 	switch (cep->state) {
 	case XIW_CEP_LISTEN:
 		xiw_cep_accept_all(cep);
+		break;
+	case XIW_CEP_CONNECTING:
+		n = xiw_cep_tcp_up(cep);
 		break;
 	case XIW_CEP_AWAIT_REQ:
 	case XIW_CEP_AWAIT_REPLY:
@@ -779,6 +837,14 @@ static int xiw_addr_len(const struct sockaddr_storage *a)
 					  sizeof(struct sockaddr_in);
 }
 
+/*
+ * Active: connects from the address the connection manager resolved to
+ * wherever the routing table reaches (another device's address on this
+ * host too, through the loopback), without waiting for it: the work sends
+ * the MPA Request once the TCP connection is up, and the connection
+ * manager hears how it went (CONNECT_REPLY), within XIW_MPA_TIMEOUT for
+ * the TCP connection and as much again for the Reply.
+ */
 int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 {
 	struct xiw_device *xdev = to_xdev(id->device);
@@ -792,18 +858,10 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	rv = sock_create(id->remote_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
 	if (rv)
 		return rv;
-	/* The connect waits no longer than an MPA peer may take. */
+	/* A send of the MPA Request waits no longer than a peer may take. */
 	s->sk->sk_sndtimeo = XIW_MPA_TIMEOUT;
-	/* On the device's netdev (see xiw_iw_create_listen). */
-	rv = 0;
-	if (net_eq(dev_net(xdev->ndev), sock_net(s->sk)))
-		rv = sock_bindtoindex(s->sk, xdev->ndev->ifindex, true);
-	if (!rv)
-		rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
-				 xiw_addr_len(&id->local_addr));
-	if (!rv)
-		rv = kernel_connect(s, XIW_SOCKADDR(&id->remote_addr),
-				    xiw_addr_len(&id->remote_addr), 0);
+	rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
+			 xiw_addr_len(&id->local_addr));
 	if (rv) {
 		sock_release(s);
 		return rv;
@@ -816,11 +874,23 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 	cep->active = true;
 	cep->ird = min_t(u32, param->ird, XIW_MAX_RD_ATOMIC);
 	cep->ord = min_t(u32, param->ord, XIW_MAX_RD_ATOMIC);
-	rv = xiw_cep_claim(cep, qp);
+	cep->pdata_len = param->private_data_len;
+	if (cep->pdata_len) {
+		cep->pdata = kmemdup(param->private_data, cep->pdata_len,
+				     GFP_KERNEL);
+		if (!cep->pdata)
+			rv = -ENOMEM;
+	}
 	if (!rv)
-		rv = xiw_mpa_send(cep, mpa_req_key, mpa_crc ? MPA_FLAG_CRC : 0,
-				  cep->ird | MPA_P2P, cep->ord | MPA_RTR_WRITE,
-				  param->private_data, param->private_data_len);
+		rv = xiw_cep_claim(cep, qp);
+	if (!rv) {
+		/* Its state changes (up, refused, unreachable) queue the work. */
+		xiw_cep_watch(cep, false);
+		rv = kernel_connect(s, XIW_SOCKADDR(&id->remote_addr),
+				    xiw_addr_len(&id->remote_addr), O_NONBLOCK);
+		if (rv == -EINPROGRESS)
+			rv = 0;
+	}
 	if (rv) {
 		n = xiw_cep_end(cep);
 		mutex_unlock(&cep->lock);
@@ -828,9 +898,9 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 		return rv;
 	}
 	xiw_cep_bind(cep, id);
-	cep->state = XIW_CEP_AWAIT_REPLY;
+	cep->state = XIW_CEP_CONNECTING;
 	cep->deadline = jiffies + XIW_MPA_TIMEOUT;
-	xiw_cep_watch(cep, true);
+	/* It may be up already (the loopback is quick); else the deadline. */
 	xiw_cep_kick(cep);
 	mutex_unlock(&cep->lock);
 	return 0;
@@ -917,34 +987,105 @@ static bool xiw_addr_any(const struct sockaddr_storage *a)
 	return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
 }
 
-/*
- * A listen on a wildcard address listens on the device's netdev only (as
- * other iWARP devices do), so that devices on other netdevs can listen on
- * the same port; connections this module makes are bound to their netdev
- * too, so that one to a listener on the same host (through the loopback)
- * finds it. A device whose netdev is in another network namespace than the
- * caller has no address there, and listens nowhere.
- */
-int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
+/* The netdev's IPv4 addresses, at `port`, into `out` (room for `max`). */
+static unsigned int xiw_addrs4(struct net_device *ndev, __be16 port,
+			       struct sockaddr_storage *out, unsigned int max)
 {
-	struct xiw_device *xdev = to_xdev(id->device);
+	struct in_device *in_dev;
+	struct sockaddr_in *sin;
+	struct in_ifaddr *ifa;
+	unsigned int n = 0;
+
+	rcu_read_lock();
+	in_dev = __in_dev_get_rcu(ndev);
+	if (in_dev) {
+		in_dev_for_each_ifa_rcu(ifa, in_dev) {
+			if (n == max)
+				break;
+			sin = (struct sockaddr_in *)&out[n++];
+			sin->sin_family = AF_INET;
+			sin->sin_addr.s_addr = ifa->ifa_local;
+			sin->sin_port = port;
+		}
+	}
+	rcu_read_unlock();
+	return n;
+}
+
+/* As xiw_addrs4, its IPv6 addresses (those past duplicate detection). */
+static unsigned int xiw_addrs6(struct net_device *ndev, __be16 port,
+			       struct sockaddr_storage *out, unsigned int max)
+{
+	struct inet6_dev *idev = in6_dev_get(ndev);
+	struct inet6_ifaddr *ifp;
+	struct sockaddr_in6 *sin6;
+	unsigned int n = 0;
+
+	if (!idev)
+		return 0;
+	read_lock_bh(&idev->lock);
+	list_for_each_entry(ifp, &idev->addr_list, if_list) {
+		if (n == max)
+			break;
+		if (ifp->flags & IFA_F_TENTATIVE)
+			continue;
+		sin6 = (struct sockaddr_in6 *)&out[n++];
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_addr = ifp->addr;
+		sin6->sin6_port = port;
+		if (ipv6_addr_type(&ifp->addr) & IPV6_ADDR_LINKLOCAL)
+			sin6->sin6_scope_id = ndev->ifindex;
+	}
+	read_unlock_bh(&idev->lock);
+	in6_dev_put(idev);
+	return n;
+}
+
+/*
+ * The addresses a listen of `id` listens on, into `out` (room for
+ * XIW_LISTEN_ADDRS): its own, or for a wildcard the netdev's of its family
+ * (an IPv6 one not IPv6-only takes the IPv4 ones too). Their count.
+ */
+static unsigned int xiw_listen_addrs(struct xiw_device *xdev,
+				     struct iw_cm_id *id,
+				     struct sockaddr_storage *out)
+{
+	const struct sockaddr_storage *a = &id->local_addr;
+	unsigned int n = 0;
+	__be16 port;
+
+	if (!xiw_addr_any(a)) {
+		out[0] = *a;
+		return 1;
+	}
+	if (a->ss_family == AF_INET6) {
+		port = ((const struct sockaddr_in6 *)a)->sin6_port;
+		n = xiw_addrs6(xdev->ndev, port, out, XIW_LISTEN_ADDRS);
+		if (id->afonly)
+			return n;
+	} else {
+		port = ((const struct sockaddr_in *)a)->sin_port;
+	}
+	return n + xiw_addrs4(xdev->ndev, port, out + n, XIW_LISTEN_ADDRS - n);
+}
+
+/* A listening endpoint of `id` on `addr`, into *out. */
+static int xiw_listen_on(struct xiw_device *xdev, struct iw_cm_id *id,
+			 struct sockaddr_storage *addr, int backlog,
+			 struct xiw_cep **out)
+{
 	struct xiw_cep *cep;
 	struct socket *s;
 	int rv;
 
-	if (!net_eq(dev_net(xdev->ndev), current->nsproxy->net_ns))
-		return 0;
-	rv = sock_create(id->local_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
+	rv = sock_create(addr->ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
 	if (rv)
 		return rv;
 	sock_set_reuseaddr(s->sk);
-	if (id->local_addr.ss_family == AF_INET6 && id->afonly)
+	if (addr->ss_family == AF_INET6 && id->afonly)
 		rv = ip6_sock_set_v6only(s->sk);
-	if (!rv && xiw_addr_any(&id->local_addr))
-		rv = sock_bindtoindex(s->sk, xdev->ndev->ifindex, true);
 	if (!rv)
-		rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
-				 xiw_addr_len(&id->local_addr));
+		rv = kernel_bind(s, XIW_SOCKADDR(addr), xiw_addr_len(addr));
 	if (!rv)
 		rv = kernel_listen(s, backlog);
 	if (rv) {
@@ -958,29 +1099,30 @@ int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 	cep->state = XIW_CEP_LISTEN;
 	id->add_ref(id);
 	cep->cm_id = id;
+	/* The listen's reference. */
 	kref_get(&cep->ref);
-	id->provider_data = cep;
+	*out = cep;
 	xiw_cep_watch(cep, true);
 	xiw_cep_kick(cep);
 	mutex_unlock(&cep->lock);
 	return 0;
 }
 
-int xiw_iw_destroy_listen(struct iw_cm_id *id)
+/*
+ * Ends a listening endpoint, with the connections whose Request it has not
+ * reported, and drops the listen's reference to it.
+ */
+static void xiw_listen_end(struct xiw_cep *cep)
 {
-	struct xiw_cep *cep = id->provider_data;
 	struct xiw_cep *c;
 	int n;
 
-	if (!cep)
-		return 0;
 	mutex_lock(&cep->lock);
 	cep->state = XIW_CEP_CLOSED;
 	xiw_cep_unwatch(cep);
 	mutex_unlock(&cep->lock);
 	if (cancel_delayed_work_sync(&cep->work))
 		xiw_cep_put(cep);
-	/* Connections whose Request has not been reported end here. */
 	for (;;) {
 		mutex_lock(&cep->lock);
 		c = list_first_entry_or_null(&cep->children, struct xiw_cep,
@@ -1003,7 +1145,66 @@ int xiw_iw_destroy_listen(struct iw_cm_id *id)
 	mutex_lock(&cep->lock);
 	n = xiw_cep_end(cep);
 	mutex_unlock(&cep->lock);
-	xiw_cep_put_n(cep, n);
+	xiw_cep_put_n(cep, n + 1);
+}
+
+/*
+ * A listen on an address listens there, whatever netdev a connection to it
+ * comes through (the loopback, from another device of this host, too). A
+ * listen on a wildcard address listens on each address the device's
+ * netdev has now (as other iWARP devices do), so that devices on other
+ * netdevs can listen on the same port. A device whose netdev is in another
+ * network namespace than the caller has no address there, and listens
+ * nowhere.
+ */
+int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
+{
+	struct xiw_device *xdev = to_xdev(id->device);
+	struct sockaddr_storage *addrs;
+	struct xiw_listen *listen;
+	unsigned int i, n;
+	int rv = 0;
+
+	if (!net_eq(dev_net(xdev->ndev), current->nsproxy->net_ns))
+		return 0;
+	addrs = kcalloc(XIW_LISTEN_ADDRS, sizeof(*addrs), GFP_KERNEL);
+	if (!addrs)
+		return -ENOMEM;
+	n = xiw_listen_addrs(xdev, id, addrs);
+	listen = kzalloc(struct_size(listen, ceps, n), GFP_KERNEL);
+	if (!listen)
+		rv = -ENOMEM;
+	for (i = 0; i < n && !rv; i++) {
+		rv = xiw_listen_on(xdev, id, &addrs[i], backlog,
+				   &listen->ceps[listen->n]);
+		if (!rv)
+			listen->n++;
+		else if (rv == -EADDRNOTAVAIL && xiw_addr_any(&id->local_addr))
+			/* An address that went meanwhile. */
+			rv = 0;
+	}
+	kfree(addrs);
+	if (rv) {
+		for (i = 0; listen && i < listen->n; i++)
+			xiw_listen_end(listen->ceps[i]);
+		kfree(listen);
+		return rv;
+	}
+	id->provider_data = listen;
+	return 0;
+}
+
+int xiw_iw_destroy_listen(struct iw_cm_id *id)
+{
+	struct xiw_listen *listen = id->provider_data;
+	unsigned int i;
+
+	if (!listen)
+		return 0;
+	id->provider_data = NULL;
+	for (i = 0; i < listen->n; i++)
+		xiw_listen_end(listen->ceps[i]);
+	kfree(listen);
 	return 0;
 }
 
