@@ -12,7 +12,8 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # ninja-build fetch and build libibverbs of rdma-core releases no Debian suite
 # has, from the source that crates.io and PyPI carry (tests/rdma-core-build.sh).
 # Kernel mode (tests/vm/): make, gcc-12 (through gcc), libelf1, libssl3 and
-# zlib for the kernel's build tools, kmod (depmod), xz-utils, cpio and
+# zlib for the kernel's build tools, dwarves (pahole: the module's BTF, for
+# bookworm-backports' 6.12 kernel), kmod (depmod), xz-utils, cpio and
 # busybox-static for the guest's initramfs, qemu to boot it, perl for
 # checkpatch.pl; the programs run in the guest: fio (its rdma engine),
 # libfabric's fi_pingpong, and Open MPI with its headers (to build the MPI
@@ -20,7 +21,7 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # nftables, which injects TCP resets and packet loss in the fault tests;
 # valgrind, which runs whole programs under memcheck (tests/tests/sanitizers.rs).
 XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps groff-base python3-pyverbs debootstrap
-    make libelf1 libssl3 zlib1g kmod xz-utils cpio busybox-static qemu-system-x86 perl
+    make libelf1 libssl3 zlib1g dwarves kmod xz-utils cpio busybox-static qemu-system-x86 perl
     fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;

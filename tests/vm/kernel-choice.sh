@@ -9,7 +9,9 @@
 #
 # The rule, for each version linux-image-amd64 has (newest first), that is for
 # each kernel ABI the archive's metapackage points to:
-#   - the image and its headers at the metapackage's revision V;
+#   - the image and its headers at the metapackage's revision V (and, where
+#     the image is itself a metapackage, the binary, modules and base
+#     packages it names, at the revisions it names);
 #   - the common headers at exactly V (the headers package asks for it so);
 #   - the kbuild tools and the source at V if the archive still has V, or else
 #     the newest revision of the same upstream version (V's "6.1.192" of
@@ -98,7 +100,8 @@ xiw_take_same_upstream() {
 # xiw_kernel_choose: prints the chosen set, or fails (status 1) with one line
 # on stderr. Output lines:
 #   kver KVER                    the kernel's release (uname -r)
-#   pkg NAME VERSION             a package to fetch (image, headers, common
+#   pkg NAME VERSION             a package to fetch (image, its binary and
+#                                modules if apart, headers, common
 #                                headers, kbuild, source)
 #   note TEXT                    a package taken at another revision than V
 #   compiler NAME                the compiler the headers ask for (gcc-N), if any
@@ -129,6 +132,22 @@ xiw_kernel_choose() {
                     missing+="${missing:+, }$name (= $ver)"
                 fi
             done
+            # An image that is only a metapackage (unstable's, from 7.x on)
+            # names the packages that hold the kernel, its modules and their
+            # base files: each at exactly the revision it asks for.
+            if [[ -z $missing ]]; then
+                while read -r name op dver; do
+                    case $name in
+                    linux-binary-"$kver" | linux-modules-"$kver" | linux-base-"$kver")
+                        if xiw_has "$name" "${dver:-$ver}"; then
+                            out+=("pkg $name ${dver:-$ver}")
+                        else
+                            missing+="${missing:+, }$name (= ${dver:-$ver})"
+                        fi
+                        ;;
+                    esac
+                done < <(apt_depends "$image" "$ver" | xiw_dep_list)
+            fi
             if [[ -z $missing ]]; then
                 while read -r name op dver; do
                     case $name in

@@ -8,10 +8,14 @@
 #                                  scripts/checkpatch.pl and its data files,
 #                                  and drivers/infiniband/sw/siw
 #
-# usage: tests/vm/kernel.sh [bookworm|trixie|sid]
+# usage: tests/vm/kernel.sh [bookworm|bookworm-backports|trixie|sid]
 #
 # bookworm (Debian 12, the default): unpacked under $XIW_VM_CACHE (default
 # /var/cache/xiw-vm/<kver>); its build tools run on this (Debian 12) host.
+# bookworm-backports: the newer kernel Debian 12's backports offer, built for
+# Debian 12 (its build tools run on this host too); asked of the archive
+# through an apt state of its own (under $XIW_VM_CACHE/apt-bookworm-backports,
+# refreshed daily), so the host's apt never sees the suite.
 # trixie (Debian 13) and sid (unstable): their build tools need that
 # release's compiler and libraries, so the kernel is fetched and unpacked
 # inside the release's chroot of pkg/chroot.sh (under /var/cache/xiw-vm/<kver>
@@ -23,17 +27,26 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 suite=${1:-bookworm}
 
+# Options for every apt command (an apt state of the suite's own, if any).
+apt_opts=()
 case $suite in
 bookworm)
     chroot_dir=
     inner=${XIW_VM_CACHE:-/var/cache/xiw-vm}
+    ;;
+bookworm-backports)
+    chroot_dir=
+    inner=${XIW_VM_CACHE:-/var/cache/xiw-vm}
+    state=$inner/apt-$suite
+    apt_opts=(-o "Dir::Etc::sourcelist=$state/sources.list" -o Dir::Etc::sourceparts=-
+        -o "Dir::State::Lists=$state/lists" -o "Dir::Cache=$state/cache")
     ;;
 trixie | sid)
     chroot_dir=$(bash "$repo/pkg/chroot.sh" "$suite")
     inner=/var/cache/xiw-vm
     ;;
 *)
-    echo "kernel.sh: unknown suite '$suite' (known: bookworm, trixie, sid)" >&2
+    echo "kernel.sh: unknown suite '$suite' (known: bookworm, bookworm-backports, trixie, sid)" >&2
     exit 2
     ;;
 esac
@@ -47,6 +60,12 @@ in_suite() {
     fi
 }
 
+# One kernel.sh at a time per cache: others wait (they may want the same
+# kernel, which is unpacked in place).
+mkdir -p "$chroot_dir$inner"
+exec 9>"$chroot_dir$inner/.lock"
+flock 9
+
 if [[ -n $chroot_dir && ! -e $chroot_dir/.xiw-kbuild ]]; then
     # The kernel's build tools, with the suite's compiler.
     # Unstable's Release file may be past its Valid-Until on a mirror that lags;
@@ -56,19 +75,33 @@ if [[ -n $chroot_dir && ! -e $chroot_dir/.xiw-kbuild ]]; then
     touch "$chroot_dir/.xiw-kbuild"
 fi
 
+if [[ $suite == bookworm-backports ]]; then
+    if [[ -z $(find "$state/lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null) ]]; then
+        mkdir -p "$state/lists/partial" "$state/cache/archives/partial"
+        echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $suite main" \
+            >"$state/sources.list"
+        apt-get "${apt_opts[@]}" update -qq >&2
+    fi
+fi
+
 # The archive, as tests/vm/kernel-choice.sh asks it.
-apt_madison() { in_suite apt-cache madison "$1" 2>/dev/null; }
+apt_madison() { in_suite apt-cache "${apt_opts[@]}" madison "$1" 2>/dev/null; }
 apt_depends() {
-    in_suite apt-cache show "$1=$2" 2>/dev/null | awk '/^Depends:/ { sub(/^Depends: */, ""); print; exit }'
+    in_suite apt-cache "${apt_opts[@]}" show "$1=$2" 2>/dev/null |
+        awk '/^Depends:/ { sub(/^Depends: */, ""); print; exit }'
 }
 # shellcheck source=kernel-choice.sh
 source "$repo/tests/vm/kernel-choice.sh"
 
 # One set of packages that exist together, for the newest kernel that has one;
-# chosen again whenever apt's package lists change.
+# chosen again whenever apt's package lists, or the rule, change.
 lists=$chroot_dir/var/lib/apt/lists
-memo=$chroot_dir$inner/.choice
-key=$(find "$lists" -maxdepth 1 -name '*_Packages*' -printf '%f %s %T@\n' | sort | md5sum)
+[[ $suite != bookworm-backports ]] || lists=$state/lists
+memo=$chroot_dir$inner/.choice-$suite
+key=$({
+    find "$lists" -maxdepth 1 -name '*_Packages*' -printf '%f %s %T@\n' | sort
+    cat "$repo/tests/vm/kernel-choice.sh"
+} | md5sum)
 if [[ -f $memo && $(head -1 "$memo") == "$key" ]]; then
     choice=$(tail -n +2 "$memo")
 else
@@ -93,11 +126,10 @@ if [[ -n $chroot_dir && -n $compiler ]]; then
     in_suite apt-get install -y -qq --no-install-recommends "$compiler" >&2
 fi
 
-dl=$chroot_dir/tmp/xiw-kernel-dl
-rm -rf "$dl"
-mkdir -p "$dl"
+mkdir -p "$chroot_dir/tmp"
+dl=$(mktemp -d "$chroot_dir/tmp/xiw-kernel-dl.XXXXXX")
 trap 'rm -rf "$dl"' EXIT
-in_suite sh -c 'cd "$1" && shift && apt-get download -q "$@"' sh "${dl#"$chroot_dir"}" "${spec[@]}" \
+in_suite sh -c 'cd "$1" && shift && apt-get download -q "$@"' sh "${dl#"$chroot_dir"}" "${apt_opts[@]}" "${spec[@]}" \
     >&2 2> >(grep -v "couldn't be accessed by user '_apt'" >&2)
 rm -rf "$root"
 mkdir -p "$root"
@@ -124,6 +156,11 @@ sed -i "s#/usr/src/#$inner/$kver/usr/src/#" "$root/usr/src/linux-headers-$kver/M
 # Debian 13 ships its modules under /usr/lib only.
 if [[ ! -e $root/lib ]]; then
     ln -s usr/lib "$root/lib"
+fi
+# Unstable's kernel (7.x) is beside its modules, not in /boot.
+if [[ ! -e $root/boot/vmlinuz-$kver && -e $root/lib/modules/$kver/vmlinuz ]]; then
+    mkdir -p "$root/boot"
+    ln -s "../lib/modules/$kver/vmlinuz" "$root/boot/vmlinuz-$kver"
 fi
 depmod -b "$root" "$kver"
 if [[ -n $chroot_dir ]]; then

@@ -17,8 +17,9 @@
 #
 # The provider must be installed on the host first (pkg/install.sh): the
 # guest gets the same files (or XIW_VM_PROVIDER names the provider library
-# to use instead). Environment: XIW_VM_SUITE (bookworm, the
-# default: Debian 12's kernel; trixie: Debian 13's), XIW_VM_TIMEOUT (seconds,
+# to use instead). Environment: XIW_VM_SUITE (the Debian release whose
+# kernel boots, as tests/vm/kernel.sh names it: bookworm, the default,
+# bookworm-backports, trixie or sid), XIW_VM_TIMEOUT (seconds,
 # default 600, for the whole run), XIW_VM_BOOT_TIMEOUT (seconds the kernel
 # may take to reach init before it is stopped and booted once more, default
 # 240), XIW_VM_KEEP=1 keeps the work directory, XIW_VM_MODULE names
@@ -56,7 +57,10 @@ else
     cp "$repo"/kernel-shim/{Kbuild,Makefile,*.c,*.h} "$src/build/"
     cp "$repo/abi/include/xiw_abi.h" "$src/abi/include/"
     if [[ -n $chroot_dir ]]; then
-        chroot "$chroot_dir" make -s -C "${root#"$chroot_dir"}/usr/src/linux-headers-$kver" \
+        # With the chroot's own /proc (7.x's objtool reads it), mounted in a
+        # mount namespace of the build's own, which takes it away after.
+        unshare -m chroot "$chroot_dir" sh -c 'mount -t proc proc /proc && exec "$@"' sh \
+            make -s -C "${root#"$chroot_dir"}/usr/src/linux-headers-$kver" \
             M="${src#"$chroot_dir"}/build" modules >&2
     else
         make -s -C "$root/usr/src/linux-headers-$kver" M="$src/build" modules >&2
