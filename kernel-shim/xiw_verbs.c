@@ -15,7 +15,8 @@ static int xiw_query_device(struct ib_device *ibdev,
 			    struct ib_device_attr *attr,
 			    struct ib_udata *udata)
 {
-	if (udata->inlen || udata->outlen)
+	/* No udata at all when the core asks at registration (7.x). */
+	if (udata && (udata->inlen || udata->outlen))
 		return -EINVAL;
 
 	memset(attr, 0, sizeof(*attr));
