@@ -5,6 +5,7 @@
 
 pub mod check;
 pub mod cprog;
+pub mod guest;
 pub mod harness;
 pub mod ibv;
 pub mod pyverbs;
