@@ -1,7 +1,9 @@
-# Guest, on any kernel the module is built for (the Debian 13 kernel run
-# and the module built by DKMS use it): load, device, a program with
-# completion events, removal.
+# Guest, on any kernel the module is built for (every Debian kernel's run
+# in tests/tests/vm_kernels.rs, and the module built by DKMS, use it): load,
+# device, a program with completion events, rping over rdma_cm, removal
+# (run.sh then fails the run on a warning or oops in the kernel's log).
 # Prints "ok: ..." or "FAIL: ..." per check; exits with the failures.
+# needs: /usr/bin/rping
 . /lib.sh
 echo "kernel $(uname -r)"
 echo "xiw srcversion $(cat /sys/module/xiw/srcversion)"
@@ -12,6 +14,9 @@ check "ibv_rc_pingpong with completion events (-e), data checked" \
     "ibv_rc_pingpong -d xiw0 -g 0 -e -c -n 200 >/tmp/server 2>&1 & sleep 1;
      timeout 60 ibv_rc_pingpong -d xiw0 -g 0 -e -c -n 200 10.77.0.1 >/tmp/client 2>&1; c=\$?;
      wait; [ \$c -eq 0 ] && grep -q '200 iters' /tmp/client && grep -q '200 iters' /tmp/server"
+check "rping -v -C 100 over rdma_cm, data verified" \
+    "pair 'rping -s -a 10.77.0.1 -C 100 -v' 'rping -c -a 10.77.0.1 -C 100 -v' &&
+     grep -q 'ping data: rdma-ping-99: ' /tmp/client && grep -q 'rdma-ping-99: ' /tmp/server"
 check "rdma link delete xiw0" "rdma link delete xiw0"
 check "rmmod" "rmmod xiw"
 exit $fails
