@@ -16,10 +16,8 @@
 #include <linux/file.h>
 #include <linux/in.h>
 #include <linux/in6.h>
-#include <linux/inetdevice.h>
 #include <linux/net.h>
 #include <linux/workqueue.h>
-#include <net/addrconf.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -51,9 +49,6 @@ MODULE_PARM_DESC(mpa_crc, "ask peers for MPA CRC (either side asking means CRC)"
 
 /* How long a peer may take to send its MPA frame, or to take a connection. */
 #define XIW_MPA_TIMEOUT (10 * HZ)
-
-/* At most so many of its netdev's addresses a wildcard listen listens on. */
-#define XIW_LISTEN_ADDRS 16
 
 static const char mpa_req_key[16] = "MPA ID Req Frame";
 static const char mpa_rep_key[16] = "MPA ID Rep Frame";
@@ -101,15 +96,6 @@ struct xiw_cep {
 	void (*orig_write_space)(struct sock *sk);
 	/* After the handover: where the stream's events are marked. */
 	struct xiw_stream_ev ev;
-};
-
-/*
- * A listen of the connection manager (its cm_id's provider_data): an
- * endpoint per address listened on, each with a reference.
- */
-struct xiw_listen {
-	unsigned int n;
-	struct xiw_cep *ceps[];
 };
 
 static struct workqueue_struct *xiw_cm_wq;
@@ -987,105 +973,37 @@ static bool xiw_addr_any(const struct sockaddr_storage *a)
 	return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
 }
 
-/* The netdev's IPv4 addresses, at `port`, into `out` (room for `max`). */
-static unsigned int xiw_addrs4(struct net_device *ndev, __be16 port,
-			       struct sockaddr_storage *out, unsigned int max)
-{
-	struct in_device *in_dev;
-	struct sockaddr_in *sin;
-	struct in_ifaddr *ifa;
-	unsigned int n = 0;
-
-	rcu_read_lock();
-	in_dev = __in_dev_get_rcu(ndev);
-	if (in_dev) {
-		in_dev_for_each_ifa_rcu(ifa, in_dev) {
-			if (n == max)
-				break;
-			sin = (struct sockaddr_in *)&out[n++];
-			sin->sin_family = AF_INET;
-			sin->sin_addr.s_addr = ifa->ifa_local;
-			sin->sin_port = port;
-		}
-	}
-	rcu_read_unlock();
-	return n;
-}
-
-/* As xiw_addrs4, its IPv6 addresses (those past duplicate detection). */
-static unsigned int xiw_addrs6(struct net_device *ndev, __be16 port,
-			       struct sockaddr_storage *out, unsigned int max)
-{
-	struct inet6_dev *idev = in6_dev_get(ndev);
-	struct inet6_ifaddr *ifp;
-	struct sockaddr_in6 *sin6;
-	unsigned int n = 0;
-
-	if (!idev)
-		return 0;
-	read_lock_bh(&idev->lock);
-	list_for_each_entry(ifp, &idev->addr_list, if_list) {
-		if (n == max)
-			break;
-		if (ifp->flags & IFA_F_TENTATIVE)
-			continue;
-		sin6 = (struct sockaddr_in6 *)&out[n++];
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_addr = ifp->addr;
-		sin6->sin6_port = port;
-		if (ipv6_addr_type(&ifp->addr) & IPV6_ADDR_LINKLOCAL)
-			sin6->sin6_scope_id = ndev->ifindex;
-	}
-	read_unlock_bh(&idev->lock);
-	in6_dev_put(idev);
-	return n;
-}
-
 /*
- * The addresses a listen of `id` listens on, into `out` (room for
- * XIW_LISTEN_ADDRS): its own, or for a wildcard the netdev's of its family
- * (an IPv6 one not IPv6-only takes the IPv4 ones too). Their count.
+ * A listen on an address listens there, whatever netdev a connection to it
+ * comes through (the loopback, from another device of this host, too). A
+ * listen on a wildcard address listens on the device's netdev only, as
+ * Linux's siw does, so that devices on other netdevs (siw's too) can listen
+ * on the same port; it takes connections to the netdev's addresses from
+ * other hosts and from this host's own addresses on that netdev, not from
+ * another netdev's (the kernel routes a netdev-bound listener's SYN-ACK
+ * through that netdev only). A device whose netdev is in another network
+ * namespace than the caller has no address there, and listens nowhere.
  */
-static unsigned int xiw_listen_addrs(struct xiw_device *xdev,
-				     struct iw_cm_id *id,
-				     struct sockaddr_storage *out)
+int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 {
-	const struct sockaddr_storage *a = &id->local_addr;
-	unsigned int n = 0;
-	__be16 port;
-
-	if (!xiw_addr_any(a)) {
-		out[0] = *a;
-		return 1;
-	}
-	if (a->ss_family == AF_INET6) {
-		port = ((const struct sockaddr_in6 *)a)->sin6_port;
-		n = xiw_addrs6(xdev->ndev, port, out, XIW_LISTEN_ADDRS);
-		if (id->afonly)
-			return n;
-	} else {
-		port = ((const struct sockaddr_in *)a)->sin_port;
-	}
-	return n + xiw_addrs4(xdev->ndev, port, out + n, XIW_LISTEN_ADDRS - n);
-}
-
-/* A listening endpoint of `id` on `addr`, into *out. */
-static int xiw_listen_on(struct xiw_device *xdev, struct iw_cm_id *id,
-			 struct sockaddr_storage *addr, int backlog,
-			 struct xiw_cep **out)
-{
+	struct xiw_device *xdev = to_xdev(id->device);
 	struct xiw_cep *cep;
 	struct socket *s;
 	int rv;
 
-	rv = sock_create(addr->ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
+	if (!net_eq(dev_net(xdev->ndev), current->nsproxy->net_ns))
+		return 0;
+	rv = sock_create(id->local_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
 	if (rv)
 		return rv;
 	sock_set_reuseaddr(s->sk);
-	if (addr->ss_family == AF_INET6 && id->afonly)
+	if (id->local_addr.ss_family == AF_INET6 && id->afonly)
 		rv = ip6_sock_set_v6only(s->sk);
+	if (!rv && xiw_addr_any(&id->local_addr))
+		rv = sock_bindtoindex(s->sk, xdev->ndev->ifindex, true);
 	if (!rv)
-		rv = kernel_bind(s, XIW_SOCKADDR(addr), xiw_addr_len(addr));
+		rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
+				 xiw_addr_len(&id->local_addr));
 	if (!rv)
 		rv = kernel_listen(s, backlog);
 	if (rv) {
@@ -1099,30 +1017,29 @@ static int xiw_listen_on(struct xiw_device *xdev, struct iw_cm_id *id,
 	cep->state = XIW_CEP_LISTEN;
 	id->add_ref(id);
 	cep->cm_id = id;
-	/* The listen's reference. */
 	kref_get(&cep->ref);
-	*out = cep;
+	id->provider_data = cep;
 	xiw_cep_watch(cep, true);
 	xiw_cep_kick(cep);
 	mutex_unlock(&cep->lock);
 	return 0;
 }
 
-/*
- * Ends a listening endpoint, with the connections whose Request it has not
- * reported, and drops the listen's reference to it.
- */
-static void xiw_listen_end(struct xiw_cep *cep)
+int xiw_iw_destroy_listen(struct iw_cm_id *id)
 {
+	struct xiw_cep *cep = id->provider_data;
 	struct xiw_cep *c;
 	int n;
 
+	if (!cep)
+		return 0;
 	mutex_lock(&cep->lock);
 	cep->state = XIW_CEP_CLOSED;
 	xiw_cep_unwatch(cep);
 	mutex_unlock(&cep->lock);
 	if (cancel_delayed_work_sync(&cep->work))
 		xiw_cep_put(cep);
+	/* Connections whose Request has not been reported end here. */
 	for (;;) {
 		mutex_lock(&cep->lock);
 		c = list_first_entry_or_null(&cep->children, struct xiw_cep,
@@ -1145,66 +1062,7 @@ static void xiw_listen_end(struct xiw_cep *cep)
 	mutex_lock(&cep->lock);
 	n = xiw_cep_end(cep);
 	mutex_unlock(&cep->lock);
-	xiw_cep_put_n(cep, n + 1);
-}
-
-/*
- * A listen on an address listens there, whatever netdev a connection to it
- * comes through (the loopback, from another device of this host, too). A
- * listen on a wildcard address listens on each address the device's
- * netdev has now (as other iWARP devices do), so that devices on other
- * netdevs can listen on the same port. A device whose netdev is in another
- * network namespace than the caller has no address there, and listens
- * nowhere.
- */
-int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
-{
-	struct xiw_device *xdev = to_xdev(id->device);
-	struct sockaddr_storage *addrs;
-	struct xiw_listen *listen;
-	unsigned int i, n;
-	int rv = 0;
-
-	if (!net_eq(dev_net(xdev->ndev), current->nsproxy->net_ns))
-		return 0;
-	addrs = kcalloc(XIW_LISTEN_ADDRS, sizeof(*addrs), GFP_KERNEL);
-	if (!addrs)
-		return -ENOMEM;
-	n = xiw_listen_addrs(xdev, id, addrs);
-	listen = kzalloc(struct_size(listen, ceps, n), GFP_KERNEL);
-	if (!listen)
-		rv = -ENOMEM;
-	for (i = 0; i < n && !rv; i++) {
-		rv = xiw_listen_on(xdev, id, &addrs[i], backlog,
-				   &listen->ceps[listen->n]);
-		if (!rv)
-			listen->n++;
-		else if (rv == -EADDRNOTAVAIL && xiw_addr_any(&id->local_addr))
-			/* An address that went meanwhile. */
-			rv = 0;
-	}
-	kfree(addrs);
-	if (rv) {
-		for (i = 0; listen && i < listen->n; i++)
-			xiw_listen_end(listen->ceps[i]);
-		kfree(listen);
-		return rv;
-	}
-	id->provider_data = listen;
-	return 0;
-}
-
-int xiw_iw_destroy_listen(struct iw_cm_id *id)
-{
-	struct xiw_listen *listen = id->provider_data;
-	unsigned int i;
-
-	if (!listen)
-		return 0;
-	id->provider_data = NULL;
-	for (i = 0; i < listen->n; i++)
-		xiw_listen_end(listen->ceps[i]);
-	kfree(listen);
+	xiw_cep_put_n(cep, n);
 	return 0;
 }
 
