@@ -2,8 +2,9 @@
 # xiw needs to build, install and be tested, and a function that installs the
 # missing ones.
 
-# Build: bindgen needs libclang and the rdma-core headers; cargo links with cc.
-XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libibverbs-dev librdmacm-dev)
+# Build: bindgen needs libclang and the rdma-core headers; cargo links with cc;
+# `xiw exec`'s filter links libseccomp (libseccomp2, on every system).
+XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libibverbs-dev librdmacm-dev libseccomp-dev)
 # Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc.
 # (procps), groff (groff-base) to check the xiwdv(3) man page, rdma-core's own
 # test suite (python3-pyverbs), debootstrap for the chroots of other Debian

@@ -19,22 +19,47 @@ pub struct Device {
     pub netns: Option<String>,
     /// The address of its netdev, as peers reach it.
     pub addr: String,
+    /// Programs reach it through `xiw exec --root SYSFS`, as this user
+    /// (`Some(None)`: as root), instead of with `SYSFS_PATH` set.
+    pub exec: Option<Option<u32>>,
 }
 
 impl Device {
     /// A command that runs `program` against this device (inside its namespace, if any).
     pub fn cmd(&self, program: &str) -> Command {
-        let mut c = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, program]);
-                c
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(ns) = &self.netns {
+            argv.extend(["ip", "netns", "exec", ns].map(Into::into));
+        }
+        if let Some(user) = self.exec {
+            if let Some(uid) = user {
+                argv.extend(as_user(uid));
             }
-            None => Command::new(program),
-        };
-        c.env("SYSFS_PATH", &self.sysfs);
+            argv.extend(["xiw", "exec", "--root"].map(Into::into));
+            argv.push(self.sysfs.clone().into());
+            argv.push("--".into());
+        }
+        argv.push(program.into());
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
+        if self.exec.is_none() {
+            c.env("SYSFS_PATH", &self.sysfs);
+        }
         c
     }
+}
+
+/// The words that run a command as user (and group) `uid`, without
+/// supplementary groups or any privilege.
+pub fn as_user(uid: u32) -> Vec<std::ffi::OsString> {
+    let id = uid.to_string();
+    vec![
+        "setpriv".into(),
+        format!("--reuid={id}").into(),
+        format!("--regid={id}").into(),
+        "--clear-groups".into(),
+        "--".into(),
+    ]
 }
 
 fn xiw_up(root: &Path, netns: Option<&str>, netdev: &str) -> PathBuf {
@@ -71,6 +96,7 @@ pub fn lo_device() -> &'static Device {
         sysfs: xiw_up(Path::new("/run/xiw/tests-lo"), None, "lo"),
         netns: None,
         addr: "127.0.0.1".into(),
+        exec: None,
     })
 }
 
@@ -209,6 +235,9 @@ pub fn log_files(tag: &str, port: u16) -> (PathBuf, PathBuf) {
     let make = |side: &str| {
         let p = dir.join(format!("{tag}-{port}-{side}.log"));
         let _ = std::fs::write(&p, b"");
+        // Programs run as another user (`xiw exec` tests) write them too.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666));
         p
     };
     (make("server"), make("client"))
@@ -305,6 +334,7 @@ impl NetnsPair {
             ),
             netns: Some(na.clone()),
             addr: aa,
+            exec: None,
         };
         let b = Device {
             sysfs: xiw_up(
@@ -314,6 +344,7 @@ impl NetnsPair {
             ),
             netns: Some(nb.clone()),
             addr: ab,
+            exec: None,
         };
         NetnsPair {
             a,
@@ -344,6 +375,7 @@ pub fn device_at(root: &Path, netdev: &str, addr: &str) -> Device {
         sysfs: xiw_up(root, None, netdev),
         netns: None,
         addr: addr.into(),
+        exec: None,
     }
 }
 

@@ -2,12 +2,16 @@
 //!
 //! Without kernel RDMA support libibverbs finds devices by scanning a sysfs
 //! tree at `$SYSFS_PATH`. `xiw up` writes such a tree (one device per
-//! netdev) plus the /dev/infiniband/uverbsN nodes libibverbs insists on
-//! opening, and prints the `export SYSFS_PATH=...` line that points
-//! libibverbs at it.
+//! netdev) plus, as root on a kernel without RDMA netlink, the
+//! /dev/infiniband/uverbsN nodes libibverbs insists on opening, and prints
+//! the `export SYSFS_PATH=...` line that points libibverbs at it. Elsewhere
+//! (a kernel with the RDMA core, or without root) `xiw exec` runs programs
+//! that see the tree (`exec.rs`).
 
+mod exec;
 mod sys;
 
+use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,8 +26,10 @@ use xiw::devinfo::{self, DeviceInfo};
 #[derive(Parser, Debug)]
 #[command(
     name = "xiw",
-    after_help = "DIR defaults to /run/xiw/sysfs, or /run/xiw/netns-NAME/sysfs inside the \
-                  network namespace NAME."
+    version,
+    after_help = "DIR defaults to /run/xiw/sysfs (for users other than root \
+                  $XDG_RUNTIME_DIR/xiw/sysfs), or .../xiw/netns-NAME/sysfs inside the network \
+                  namespace NAME."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,20 +38,49 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Create devices and print the `export SYSFS_PATH=DIR` that finds them (needs root)
+    /// Create devices: a sysfs tree that `xiw exec` (or SYSFS_PATH) finds them by
     ///
     /// Creates devices xiw0, xiw1, ... (one per --netdev, default lo) as a sysfs
-    /// tree under DIR and prints `export SYSFS_PATH=DIR`, so that
-    /// eval "$(xiw up)" points libibverbs at them; replaces the devices of an
-    /// earlier `up` with the same DIR.
+    /// tree under DIR; replaces the devices of an earlier `up` with the same
+    /// DIR. As root on a kernel without RDMA netlink it also makes their
+    /// nodes in /dev/infiniband and prints `export SYSFS_PATH=DIR`, so that
+    /// eval "$(xiw up)" points libibverbs at them. Otherwise (the kernel has
+    /// the RDMA core, which hides SYSFS_PATH from libibverbs, or not root)
+    /// it says so, and programs see the devices through `xiw exec`.
     Up {
         /// A network interface to put a device on (repeat for more)
         #[arg(long = "netdev", value_name = "IFACE")]
         netdevs: Vec<String>,
+        /// The provider library `xiw exec` has programs load (default: the
+        /// one beside this program, else the installed one)
+        #[arg(long, value_name = "FILE")]
+        provider: Option<PathBuf>,
         #[command(flatten)]
         root: RootArg,
     },
-    /// Remove the tree and its /dev/infiniband nodes (needs root)
+    /// Run PROGRAM so that libibverbs sees the devices of the tree, on any kernel
+    ///
+    /// Runs PROGRAM (looked up in PATH) with ARGS in place of this process,
+    /// with SYSFS_PATH and RDMAV_DRIVERS pointing at the tree and its
+    /// provider, under a seccomp filter that makes RDMA netlink sockets fail
+    /// (so libibverbs reads the tree even where the kernel has the RDMA
+    /// core), and, where the tree's device nodes are not in /dev/infiniband,
+    /// in a mount namespace of its own (in a user namespace of its own when
+    /// not root) that has them. Its exit status is PROGRAM's; 127 if PROGRAM
+    /// cannot be run.
+    Exec {
+        #[command(flatten)]
+        root: RootArg,
+        /// The program and its arguments
+        #[arg(
+            value_name = "PROGRAM",
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        command: Vec<OsString>,
+    },
+    /// Remove the tree and its /dev/infiniband nodes (root, where it made nodes)
     Down {
         #[command(flatten)]
         root: RootArg,
@@ -85,12 +120,15 @@ const MAX_UVERBS: u32 = 1024;
 struct Options {
     netdevs: Vec<String>,
     root: Option<PathBuf>,
+    provider: Option<PathBuf>,
+    command: Vec<OsString>,
 }
 
 impl Cmd {
     fn name(&self) -> &'static str {
         match self {
             Cmd::Up { .. } => "up",
+            Cmd::Exec { .. } => "exec",
             Cmd::Down { .. } => "down",
             Cmd::Status { .. } => "status",
         }
@@ -98,9 +136,14 @@ impl Cmd {
 
     /// The options, checked beyond what clap checks: an interface named twice.
     fn options(&self) -> Result<Options, String> {
-        let (netdevs, root) = match self {
-            Cmd::Up { netdevs, root } => (netdevs.clone(), root),
-            Cmd::Down { root } | Cmd::Status { root } => (Vec::new(), root),
+        let (netdevs, root, provider, command) = match self {
+            Cmd::Up {
+                netdevs,
+                provider,
+                root,
+            } => (netdevs.clone(), root, provider.clone(), Vec::new()),
+            Cmd::Exec { root, command } => (Vec::new(), root, None, command.clone()),
+            Cmd::Down { root } | Cmd::Status { root } => (Vec::new(), root, None, Vec::new()),
         };
         if let Some(dup) = netdevs
             .iter()
@@ -112,6 +155,8 @@ impl Cmd {
         Ok(Options {
             netdevs,
             root: root.root.clone(),
+            provider,
+            command,
         })
     }
 }
@@ -127,6 +172,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.cmd {
+        Cmd::Exec { .. } => return cmd_exec(&opts),
         Cmd::Up { .. } => cmd_up(&opts),
         Cmd::Down { .. } => cmd_down(&opts),
         Cmd::Status { .. } => cmd_status(&opts),
@@ -141,7 +187,8 @@ fn main() -> ExitCode {
 }
 
 /// The tree's root: --root made absolute (SYSFS_PATH is used from any
-/// directory), else the default for our network namespace. The bool says
+/// directory), else the default for our network namespace: under /run/xiw
+/// for root, under $XDG_RUNTIME_DIR/xiw for anyone else. The bool says
 /// whether it is the default.
 fn resolve_root(opts: &Options) -> Result<(PathBuf, bool), String> {
     match &opts.root {
@@ -150,17 +197,29 @@ fn resolve_root(opts: &Options) -> Result<(PathBuf, bool), String> {
             let cwd = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
             Ok((cwd.join(r), false))
         }
-        None => match sys::netns_name().map_err(|e| format!("network namespace: {e}"))? {
-            None => Ok((PathBuf::from("/run/xiw/sysfs"), true)),
-            Some(name) => Ok((PathBuf::from(format!("/run/xiw/netns-{name}/sysfs")), true)),
-        },
+        None => {
+            let base = if sys::is_root() {
+                PathBuf::from("/run/xiw")
+            } else {
+                match std::env::var_os("XDG_RUNTIME_DIR") {
+                    Some(d) if Path::new(&d).is_absolute() => Path::new(&d).join("xiw"),
+                    _ => {
+                        return Err("no place for the tree: give --root DIR (the default for \
+                                    users other than root is under $XDG_RUNTIME_DIR, which is \
+                                    not set)"
+                            .into())
+                    }
+                }
+            };
+            match sys::netns_name().map_err(|e| format!("network namespace: {e}"))? {
+                None => Ok((base.join("sysfs"), true)),
+                Some(name) => Ok((base.join(format!("netns-{name}/sysfs")), true)),
+            }
+        }
     }
 }
 
 fn cmd_up(opts: &Options) -> Result<(), String> {
-    if !sys::is_root() {
-        return Err("must be run as root (it creates device nodes in /dev/infiniband)".into());
-    }
     let names: Vec<String> = if opts.netdevs.is_empty() {
         vec!["lo".to_string()]
     } else {
@@ -172,28 +231,103 @@ fn cmd_up(opts: &Options) -> Result<(), String> {
         .iter()
         .map(|n| sys::lookup_netdev(n))
         .collect::<Result<Vec<_>, _>>()?;
-    let (root, _) = resolve_root(opts)?;
+    let (root, is_default) = resolve_root(opts)?;
+    let provider = match &opts.provider {
+        Some(p) => Some(
+            fs::canonicalize(p)
+                .ok()
+                .filter(|p| p.is_file())
+                .ok_or_else(|| format!("--provider {}: no such file", p.display()))?,
+        ),
+        None => find_provider(),
+    };
 
-    if sys::kernel_has_rdma_netlink() {
-        eprintln!(
-            "xiw up: warning: this kernel has RDMA netlink support; libibverbs will list \
-             the kernel's devices and ignore SYSFS_PATH, so the xiw devices stay invisible"
-        );
-    }
+    // Device nodes in /dev/infiniband only where libibverbs would read the
+    // tree without help: on a kernel with the RDMA core it lists the
+    // kernel's devices only (and the kernel's own nodes live there).
+    let netlink = sys::rdma_netlink();
+    let make_nodes = sys::is_root() && netlink.is_none();
 
     teardown(&root)?;
-    if let Err(e) = build_tree(&root, &netdevs) {
+    if let Err(e) = build_tree(&root, &netdevs, make_nodes, provider.as_deref()) {
         // Leave nothing half-made behind; the original error matters more
         // than a failure to clean up.
         let _ = teardown(&root);
         return Err(e);
     }
     eprintln!("xiw up: tree at {}", root.display());
-    println!("export SYSFS_PATH={}", shell_quote(&root.to_string_lossy()));
+    if provider.is_none() && !Path::new(INSTALLED_DRIVER).exists() {
+        eprintln!(
+            "xiw up: no provider library beside {} and none installed ({INSTALLED_DRIVER}): \
+             give --provider FILE, or programs will find no driver for these devices",
+            std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "xiw".into())
+        );
+    }
+    if make_nodes {
+        println!("export SYSFS_PATH={}", shell_quote(&root.to_string_lossy()));
+        return Ok(());
+    }
+    let why = match netlink {
+        Some(why) => format!(
+            "this kernel has the RDMA core ({why}), so libibverbs lists devices through \
+             RDMA netlink and never reads a SYSFS_PATH tree"
+        ),
+        None => "without root there are no device nodes for them in /dev/infiniband".into(),
+    };
+    let root_arg = if is_default {
+        String::new()
+    } else {
+        format!(" --root {}", shell_quote(&root.to_string_lossy()))
+    };
+    eprintln!(
+        "xiw up: {why}: run verbs programs as\n    xiw exec{root_arg} -- PROGRAM [ARGS...]\n\
+         to have them see these devices"
+    );
     Ok(())
 }
 
-fn build_tree(root: &Path, netdevs: &[sys::Netdev]) -> Result<(), String> {
+/// The driver file an installed provider comes with.
+const INSTALLED_DRIVER: &str = "/etc/libibverbs.d/xiw.driver";
+
+/// The provider library for `xiw exec` when none is named: `$XIW_PROVIDER`,
+/// else the one built or installed beside this program (`libxiw.so` in
+/// cargo's target directory, `../lib/xiw/`), else the installed one in
+/// libibverbs' provider directory.
+fn find_provider() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("XIW_PROVIDER") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| fs::canonicalize(e).ok())
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        candidates.push(dir.join("libxiw.so"));
+        candidates.push(dir.join("../lib/xiw/libxiw.so"));
+    }
+    for lib in [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ] {
+        candidates.push(Path::new(lib).join("libibverbs/libxiw-rdmav34.so"));
+    }
+    candidates
+        .into_iter()
+        .filter_map(|c| fs::canonicalize(c).ok())
+        .find(|c| c.is_file())
+}
+
+fn build_tree(
+    root: &Path,
+    netdevs: &[sys::Netdev],
+    make_nodes: bool,
+    provider: Option<&Path>,
+) -> Result<(), String> {
     devinfo::create_dir(root).map_err(|e| e.to_string())?;
     // The record goes first so that even a failed `up` leaves a tree that
     // `down` (or the next `up`) recognises and cleans.
@@ -201,9 +335,25 @@ fn build_tree(root: &Path, netdevs: &[sys::Netdev]) -> Result<(), String> {
     record.save(root)?;
     devinfo::write_class_abi_version(root).map_err(|e| e.to_string())?;
 
+    if let Some(lib) = provider {
+        // Links under every private ABI's file name, for RDMAV_DRIVERS.
+        let dir = exec::provider_dir(root);
+        devinfo::create_dir(&dir).map_err(|e| e.to_string())?;
+        for name in exec::provider_names() {
+            std::os::unix::fs::symlink(lib, dir.join(&name))
+                .map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
+        }
+    }
+
     let mut guids: Vec<u64> = Vec::new();
     for (i, nd) in netdevs.iter().enumerate() {
-        let index = make_dev_node(&mut record, root)?;
+        // Without nodes in /dev the indices are the tree's own: only `xiw
+        // exec` makes nodes for them, in a /dev/infiniband of its own.
+        let index = if make_nodes {
+            make_dev_node(&mut record, root)?
+        } else {
+            i as u32
+        };
         let node_guid = devinfo::guid_from_mac(&nd.mac)
             .filter(|g| !guids.contains(g))
             // The uverbs index is unique among all xiw devices of the host
@@ -234,7 +384,11 @@ fn build_tree(root: &Path, netdevs: &[sys::Netdev]) -> Result<(), String> {
             256u32 << (devinfo::ibv_mtu_for(info.mtu) - 1),
             devinfo::format_guid(info.node_guid),
             if nd.running { "ACTIVE" } else { "DOWN" },
-            devinfo::uverbs_dev_node(index).display()
+            if make_nodes {
+                devinfo::uverbs_dev_node(index).display().to_string()
+            } else {
+                "its node made by xiw exec".into()
+            }
         );
     }
     Ok(())
@@ -271,16 +425,13 @@ fn make_dev_node(record: &mut Record, root: &Path) -> Result<u32, String> {
 }
 
 fn cmd_down(opts: &Options) -> Result<(), String> {
-    if !sys::is_root() {
-        return Err("must be run as root (it removes device nodes in /dev/infiniband)".into());
-    }
     let (root, is_default) = resolve_root(opts)?;
     if !root.exists() {
         eprintln!("xiw down: nothing at {}", root.display());
         return Ok(());
     }
     teardown(&root)?;
-    if is_default {
+    if is_default && sys::is_root() {
         // Also drop the now empty /run/xiw/netns-NAME and /run/xiw; rmdir
         // fails harmlessly on a directory that still holds other trees.
         let mut dir = root.parent();
@@ -316,6 +467,12 @@ fn teardown(root: &Path) -> Result<(), String> {
         ));
     }
     let record = Record::load(root)?;
+    if (record.created_dir || !record.nodes.is_empty()) && !sys::is_root() {
+        return Err(format!(
+            "must be run as root: the tree at {} has device nodes in {DEV_DIR}",
+            root.display()
+        ));
+    }
     for (node, ino) in &record.nodes {
         // Remove only what is still the very node we made (same inode): a
         // node another tree or a real driver made under that name since
@@ -384,6 +541,54 @@ fn is_uverbs_node_path(p: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Runs the program under `xiw exec`'s plan for the tree; returns only if
+/// that fails.
+fn cmd_exec(opts: &Options) -> ExitCode {
+    let fail = |msg: String, code: u8| {
+        eprintln!("xiw exec: {msg}");
+        ExitCode::from(code)
+    };
+    let root = match resolve_root(opts) {
+        Ok((root, _)) => root,
+        Err(e) => return fail(e, 1),
+    };
+    let all = match exec::nodes_of(&root) {
+        Ok(nodes) if !nodes.is_empty() => nodes,
+        Ok(_) | Err(_) => {
+            return fail(
+                format!(
+                    "no xiw devices at {} (create them with `xiw up{}`)",
+                    root.display(),
+                    opts.root.as_ref().map_or(String::new(), |_| format!(
+                        " --root {}",
+                        shell_quote(&root.to_string_lossy())
+                    ))
+                ),
+                1,
+            )
+        }
+    };
+    let drivers = exec::drivers_of(&root);
+    if drivers.is_none() && !Path::new(INSTALLED_DRIVER).exists() {
+        return fail(
+            format!(
+                "the tree at {} names no provider library and none is installed \
+                 ({INSTALLED_DRIVER}): run `xiw up --provider FILE` again",
+                root.display()
+            ),
+            1,
+        );
+    }
+    let plan = exec::Plan {
+        root,
+        drivers,
+        nodes: exec::missing_nodes(&all),
+    };
+    let (program, args) = opts.command.split_first().expect("clap requires a program");
+    let (msg, code) = exec::run(&plan, program, args);
+    fail(msg, code)
+}
+
 fn cmd_status(opts: &Options) -> Result<(), String> {
     let (root, _) = resolve_root(opts)?;
     let class = root.join("class/infiniband_verbs");
@@ -394,6 +599,8 @@ fn cmd_status(opts: &Options) -> Result<(), String> {
         ));
     }
     let uverbs = devinfo::list_uverbs(&root).map_err(|e| e.to_string())?;
+    let record = Record::load(&root)?;
+    let made_nodes = !record.nodes.is_empty();
     println!("SYSFS_PATH={}", root.display());
     let mut rows = vec![[
         "IBDEV".to_string(),
@@ -415,6 +622,8 @@ fn cmd_status(opts: &Options) -> Result<(), String> {
         let node_text =
             if sys::char_dev_ino(&node, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR).is_some() {
                 node.display().to_string()
+            } else if !made_nodes {
+                "(xiw exec makes it)".to_string()
             } else {
                 format!("{} (missing!)", node.display())
             };

@@ -1,6 +1,7 @@
 //! The few operating-system facts `xiw` needs that std does not offer: the
 //! effective uid, mknod, and whether the kernel speaks RDMA netlink
-//! (interfaces are in `xiw::netdev`).
+//! (interfaces are in `xiw::netdev`; `xiw exec`'s namespaces and filter in
+//! `exec.rs`).
 
 use std::ffi::CString;
 
@@ -17,12 +18,43 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// True if the kernel accepts an RDMA netlink socket. libibverbs then
-/// enumerates devices through netlink and never looks at $SYSFS_PATH, so
-/// an xiw tree would be invisible.
-pub fn kernel_has_rdma_netlink() -> bool {
+/// Whether the kernel speaks RDMA netlink, and how that is known; `None`
+/// if it does not. libibverbs then enumerates devices through netlink and
+/// never looks at $SYSFS_PATH, so an xiw tree is invisible outside `xiw
+/// exec`. Asked without loading anything where the kernel's module lists
+/// tell (opening a `NETLINK_RDMA` socket would load ib_core): only where
+/// they are missing (a container) does it try the socket.
+pub fn rdma_netlink() -> Option<String> {
+    if Path::new("/sys/module/ib_core").exists() {
+        return Some("ib_core is loaded".into());
+    }
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let modules = ["/lib/modules", "/usr/lib/modules"]
+        .iter()
+        .map(|d| Path::new(d).join(&release))
+        .find(|d| d.is_dir());
+    if let Some(dir) = modules {
+        let has = |file: &str, needle: &str| {
+            fs::read_to_string(dir.join(file)).is_ok_and(|t| t.contains(needle))
+        };
+        if has("modules.builtin", "/ib_core.ko") {
+            return Some("ib_core is built in".into());
+        }
+        // ib_core's MODULE_ALIAS_NET_PF_PROTO(PF_NETLINK, NETLINK_RDMA).
+        if has("modules.alias", "net_pf_16_proto_20 ")
+            || has("modules.alias", "net-pf-16-proto-20 ")
+        {
+            return Some("ib_core loads on the first RDMA netlink request".into());
+        }
+        return None;
+    }
     const NETLINK_RDMA: i32 = 20;
-    socket(libc::AF_NETLINK, libc::SOCK_RAW, NETLINK_RDMA).is_ok()
+    socket(libc::AF_NETLINK, libc::SOCK_RAW, NETLINK_RDMA)
+        .is_ok()
+        .then(|| "the kernel answers RDMA netlink".into())
 }
 
 /// Creates a character device node and returns its inode number. `mode`
