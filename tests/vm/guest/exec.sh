@@ -7,10 +7,10 @@
 # Prints "ok: ..." or "FAIL: ..." per check; exits with the failures.
 # needs: /usr/local/bin/xiw /usr/bin/ib_write_lat /usr/bin/setpriv
 . /lib.sh
-ls /dev/infiniband >/tmp/dev-before
 
 check "rdma link add xk0 type xiw netdev dummy0 (kernel mode)" \
     "rdma link add xk0 type xiw netdev dummy0"
+ls /dev/infiniband >/tmp/dev-before
 check "outside: ibv_devices lists the kernel's xk0" "ibv_devices | grep -q xk0"
 
 # Root.
@@ -24,18 +24,18 @@ check "root: inside xiw exec, ibv_devices lists xiw0 and not xk0" \
 check "root: inside xiw exec, an RDMA netlink socket fails, a route netlink one works" \
     "! xiw exec --root /tmp/rt -- rdma dev show >/tmp/in 2>&1 && cat /tmp/in &&
      xiw exec --root /tmp/rt -- ip -o link show lo | grep -q LOOPBACK"
+X="xiw exec --root /tmp/rt --"
 check "root: ib_write_lat between two xiw exec processes" \
-    "pair 'xiw exec --root /tmp/rt -- ib_write_lat -d xiw0 -s 2 -n 1000'
-          'xiw exec --root /tmp/rt -- ib_write_lat -d xiw0 -s 2 -n 1000 127.0.0.1' 18515 &&
+    "pair '$X ib_write_lat -d xiw0 -s 2 -n 1000' '$X ib_write_lat -d xiw0 -s 2 -n 1000 127.0.0.1' 18515 &&
      perftest_ok 2 1000"
 check "root: ibv_rc_pingpong between two xiw exec processes, data checked" \
-    "pair 'xiw exec --root /tmp/rt -- ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c'
-          'xiw exec --root /tmp/rt -- ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c 127.0.0.1' 18515 &&
+    "pair '$X ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c' '$X ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c 127.0.0.1' 18515 &&
      grep -q '200 iters' /tmp/server && grep -q '200 iters' /tmp/client"
 
 # An unprivileged user, with the provider in a directory of their own and
 # no driver file in /etc/libibverbs.d while they run.
-U="setpriv --reuid=1000 --regid=1000 --clear-groups --"
+# util-linux's setpriv (busybox's has no --reuid).
+U="/usr/bin/setpriv --reuid=1000 --regid=1000 --clear-groups --"
 mkdir -p /tmp/u
 cp /usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so /tmp/u/libxiw.so
 chown -R 1000:1000 /tmp/u
@@ -47,13 +47,12 @@ check "user: inside, their own uid, no capabilities, the filter, ibv_devices lis
     "$U xiw exec --root /tmp/u/t -- sh -c 'id -u; grep -E \"^(Seccomp|CapEff):\" /proc/self/status; ibv_devices' >/tmp/in 2>&1;
      cat /tmp/in; grep -qx 1000 /tmp/in && grep -q 'Seccomp:.2' /tmp/in && grep -q 'CapEff:.0000000000000000' /tmp/in &&
      grep -q xiw0 /tmp/in && ! grep -q xk0 /tmp/in"
+X="$U xiw exec --root /tmp/u/t --"
 check "user: ib_write_lat between two xiw exec processes" \
-    "pair '$U xiw exec --root /tmp/u/t -- ib_write_lat -d xiw0 -s 2 -n 1000'
-          '$U xiw exec --root /tmp/u/t -- ib_write_lat -d xiw0 -s 2 -n 1000 127.0.0.1' 18515 &&
+    "pair '$X ib_write_lat -d xiw0 -s 2 -n 1000' '$X ib_write_lat -d xiw0 -s 2 -n 1000 127.0.0.1' 18515 &&
      perftest_ok 2 1000"
 check "user: ibv_rc_pingpong between two xiw exec processes, data checked" \
-    "pair '$U xiw exec --root /tmp/u/t -- ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c'
-          '$U xiw exec --root /tmp/u/t -- ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c 127.0.0.1' 18515 &&
+    "pair '$X ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c' '$X ibv_rc_pingpong -d xiw0 -g 0 -n 200 -c 127.0.0.1' 18515 &&
      grep -q '200 iters' /tmp/server && grep -q '200 iters' /tmp/client"
 check "user: xiw down" "$U xiw down --root /tmp/u/t && [ ! -e /tmp/u/t ]"
 mv /tmp/xiw.driver.aside /etc/libibverbs.d/xiw.driver
