@@ -56,16 +56,31 @@ else
     mkdir -p "$src/build" "$src/abi/include"
     cp "$repo"/kernel-shim/{Kbuild,Makefile,*.c,*.h} "$src/build/"
     cp "$repo/abi/include/xiw_abi.h" "$src/abi/include/"
-    if [[ -n $chroot_dir ]]; then
-        # With the chroot's own /proc (7.x's objtool reads it), mounted in a
-        # mount namespace of the build's own, which takes it away after.
-        unshare -m chroot "$chroot_dir" sh -c 'mount -t proc proc /proc && exec "$@"' sh \
-            make -s -C "${root#"$chroot_dir"}/usr/src/linux-headers-$kver" \
-            M="${src#"$chroot_dir"}/build" modules >&2
+    # Built once for each source and kernel (its set of packages): kept
+    # beside the kernel, the last few.
+    kept=$root/.xiw-modules
+    key=$({
+        (cd "$src" && find . -type f | LC_ALL=C sort | xargs sha256sum)
+        cat "$root/.complete"
+    } | sha256sum | cut -c1-24)
+    if [[ -f $kept/$key.ko ]]; then
+        echo "run.sh: xiw.ko for $kver as built before from the same source" >&2
     else
-        make -s -C "$root/usr/src/linux-headers-$kver" M="$src/build" modules >&2
+        if [[ -n $chroot_dir ]]; then
+            # With the chroot's own /proc (7.x's objtool reads it), mounted in a
+            # mount namespace of the build's own, which takes it away after.
+            unshare -m chroot "$chroot_dir" sh -c 'mount -t proc proc /proc && exec "$@"' sh \
+                make -s -j"$(nproc)" -C "${root#"$chroot_dir"}/usr/src/linux-headers-$kver" \
+                M="${src#"$chroot_dir"}/build" modules >&2
+        else
+            make -s -j"$(nproc)" -C "$root/usr/src/linux-headers-$kver" M="$src/build" modules >&2
+        fi
+        mkdir -p "$kept"
+        cp "$src/build/xiw.ko" "$kept/$key.ko.$$"
+        mv "$kept/$key.ko.$$" "$kept/$key.ko"
+        find "$kept" -name '*.ko' -printf '%T@ %p\n' | sort -rn | tail -n +9 | cut -d' ' -f2- | xargs -r rm -f
     fi
-    cp "$src/build/xiw.ko" "$work/build/"
+    cp "$kept/$key.ko" "$work/build/xiw.ko"
     rm -rf "$src"
 fi
 
