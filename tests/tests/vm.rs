@@ -170,19 +170,6 @@ fn fio_libfabric_and_mpi_in_the_guest() {
     );
 }
 
-/// Debian 13's kernel (6.12): the module builds for it (in the Debian 13
-/// chroot, with its compiler), loads, makes a device that a program with
-/// completion events runs on, and unloads.
-#[test]
-fn debian_13_kernel_smoke() {
-    let _g = serial();
-    let console = guest_on("trixie", "smoke.sh", &[]);
-    assert!(
-        console.contains("kernel 6.12."),
-        "not Debian 13's 6.12 kernel:\n{console}"
-    );
-}
-
 /// The module through DKMS (`pkg/dkms.sh`): DKMS builds it for Debian 12's
 /// kernel from the headers (a kernel not installed on this host), and the
 /// guest loads that very module (its srcversion) and runs the smoke test.
