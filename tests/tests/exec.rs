@@ -333,3 +333,52 @@ fn xiw_exec_says_what_is_wrong_and_passes_exit_status_through() {
     assert_eq!(out.status.code(), Some(2), "no program: a usage error");
     ok(Some(USER), &["xiw", "down", "--root", &root]);
 }
+
+/// Where the kernel lets unprivileged users make no user namespace
+/// (`user.max_user_namespaces=0`, set in a user namespace of the test's own
+/// that maps every uid onto itself, so nothing outside it changes), a user's
+/// `xiw exec` that needs one fails with one line that names the settings
+/// and how to proceed, and the program never runs.
+#[test]
+fn xiw_exec_without_user_namespaces_says_so() {
+    let _g = serial();
+    let dev = user_device(USER);
+    let root = dev.sysfs.to_str().unwrap().to_owned();
+    let marker = dev.sysfs.parent().unwrap().join("ran");
+    // The inner shell waits for its uid and gid maps (every id onto
+    // itself), which the outer one, root, writes once it has unshared, then
+    // runs the rest afresh: root in its namespace, with the capabilities
+    // that gives.
+    let then = dev.sysfs.parent().unwrap().join("then.sh");
+    std::fs::write(
+        &then,
+        format!(
+            "echo 0 >/proc/sys/user/max_user_namespaces && exec setpriv --reuid={USER} \
+             --regid={USER} --clear-groups -- xiw exec --root {root} -- touch {}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let inner = format!(
+        "while [ -z \"$(cat /proc/self/uid_map)\" ]; do sleep 0.02; done; exec sh {}",
+        then.display()
+    );
+    let outer = format!(
+        "unshare --user sh -c '{inner}' & p=$!; \
+         while [ \"$(readlink /proc/$p/ns/user)\" = \"$(readlink /proc/self/ns/user)\" ]; do \
+         sleep 0.02; done; \
+         echo '0 0 65536' >/proc/$p/uid_map && echo '0 0 65536' >/proc/$p/gid_map; wait $p"
+    );
+    let out = run(None, &["sh", "-c", &outer]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("xiw exec: cannot make a user namespace (")
+            && err.contains("user.max_user_namespaces")
+            && err.contains("run `xiw exec` as root"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the program ran");
+    ok(Some(USER), &["xiw", "down", "--root", &root]);
+}

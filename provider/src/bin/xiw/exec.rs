@@ -107,12 +107,33 @@ fn private_dev(nodes: &[(String, u32, u32)]) -> Result<(), String> {
             format!(
                 "cannot make a user namespace ({e}): this kernel does not let unprivileged users \
                  make one (see the sysctls user.max_user_namespaces, \
-                 kernel.unprivileged_userns_clone, kernel.apparmor_restrict_unprivileged_userns); \
-                 run `xiw exec` as root, or have root run `xiw up` on a kernel without RDMA \
-                 netlink, which puts the nodes in {DEV_DIR}"
+                 kernel.unprivileged_userns_clone); run `xiw exec` as root, or have root run \
+                 `xiw up` on a kernel without RDMA netlink, which puts the nodes in {DEV_DIR}"
             )
         }
     })?;
+    let mounted = dev_with_nodes(nodes, root, uid.as_raw(), gid.as_raw());
+    if root {
+        return mounted;
+    }
+    mounted.map_err(|e| {
+        // A user namespace can be made and grant nothing where the kernel
+        // restricts them (Ubuntu's AppArmor setting).
+        format!(
+            "{e} (where the kernel restricts unprivileged user namespaces, as \
+             kernel.apparmor_restrict_unprivileged_userns=1 does, run `xiw exec` as root)"
+        )
+    })
+}
+
+/// In the namespaces just made: the id maps (when not root), then a
+/// /dev/infiniband that holds exactly `nodes`.
+fn dev_with_nodes(
+    nodes: &[(String, u32, u32)],
+    root: bool,
+    uid: u32,
+    gid: u32,
+) -> Result<(), String> {
     if !root {
         // The program keeps its own uid and gid (mapped onto themselves);
         // setgroups must be denied before an unprivileged gid map.
@@ -121,8 +142,8 @@ fn private_dev(nodes: &[(String, u32, u32)]) -> Result<(), String> {
                 .map_err(|e| format!("/proc/self/{file}: {e}"))
         };
         write("setgroups", "deny".into())?;
-        write("uid_map", format!("{} {} 1", uid.as_raw(), uid.as_raw()))?;
-        write("gid_map", format!("{} {} 1", gid.as_raw(), gid.as_raw()))?;
+        write("uid_map", format!("{uid} {uid} 1"))?;
+        write("gid_map", format!("{gid} {gid} 1"))?;
     }
     // Nothing mounted here reaches the rest of the system; what the system
     // mounts later still reaches us.
