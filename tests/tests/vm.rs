@@ -29,7 +29,9 @@ use xiw_tests::harness::serial;
 /// `tests/vm/kernel-choice/` (Debian 12's of 2026-11-28, with its kbuild
 /// tools republished at a later revision than the image; Debian 13's of that
 /// day, whose packages name their ABI and ask for gcc-14; one in step; one
-/// whose newest kernel is half published; one with no kbuild tools at all),
+/// whose newest kernel is half published; one with no kbuild tools at all;
+/// unstable's of 2026-12-01, whose image is a metapackage naming the
+/// kernel's binary and module packages),
 /// the chosen set, or the one line saying what is missing, is the one
 /// expected.
 #[test]
