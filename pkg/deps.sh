@@ -11,7 +11,9 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # releases whose rdma-core the provider is tested against (pkg/chroot.sh).
 # The xiwdv example is built with gcc and pkg-config, above. curl, cmake and
 # ninja-build fetch and build libibverbs of rdma-core releases no Debian suite
-# has, from the source that crates.io and PyPI carry (tests/rdma-core-build.sh).
+# has, from the source that crates.io and PyPI carry (tests/rdma-core-build.sh);
+# cython3 and python3-dev build the pyverbs of the same tree, which runs that
+# release's own test suite.
 # Kernel mode (tests/vm/): make, gcc-12 (through gcc), libelf1, libssl3 and
 # zlib for the kernel's build tools, dwarves (pahole: the module's BTF, for
 # bookworm-backports' 6.12 kernel), kmod (depmod), xz-utils, cpio and
@@ -23,7 +25,7 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # valgrind, which runs whole programs under memcheck (tests/tests/sanitizers.rs).
 XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps groff-base python3-pyverbs debootstrap
     make libelf1 libssl3 zlib1g dwarves kmod xz-utils cpio busybox-static qemu-system-x86 perl
-    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build)
+    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build cython3 python3-dev)
 
 # Installs (apt-get) whichever of the packages above are not installed yet;
 # touches apt not at all when everything is present.

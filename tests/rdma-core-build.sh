@@ -12,8 +12,13 @@
 #                                 empty here (a build taken whole keeps its
 #                                 own: /etc/libibverbs.d, where this host's
 #                                 providers are)
+#   build/python/pyverbs/         with --pyverbs, for a build from source,
+#                                 that release's pyverbs, built by Debian
+#                                 12's cython3 and Python 3.11 against the
+#                                 same libibverbs (its test suite is
+#                                 src/tests/)
 #
-# usage: tests/rdma-core-build.sh VERSION
+# usage: tests/rdma-core-build.sh VERSION [--pyverbs]
 #
 # The releases, and where they come from (each archive checked by its
 # SHA-256; the trees are rdma-core's own, vendored whole):
@@ -25,12 +30,21 @@
 #   57.0  PyPI, pyverbs 57.0 (its sdist carries rdma-core)
 #   59.0  PyPI, pyverbs 59.0
 # Kept under $XIW_RDMA_CORE_CACHE (default /var/cache/xiw-rdma-core/VERSION);
-# a tree built from another archive is built afresh. Needs curl, cmake,
-# ninja-build, gcc and python3; pyverbs, the man pages and the providers'
-# netlink neighbour resolution are not built.
+# a tree built from another archive is built afresh, and one built without
+# pyverbs when pyverbs is asked for. pyverbs takes about 90 s of CPU beside
+# the 40 s of the libraries; the wheels carry none of their release. Needs
+# curl, cmake, ninja-build, gcc, python3, and for pyverbs cython3 and
+# python3-dev; the man pages and the providers' netlink neighbour resolution
+# are not built, nor any program.
 set -euo pipefail
 
-version=${1:?usage: tests/rdma-core-build.sh VERSION (39.0, 48.0, 52.0, 55.0, 57.0, 59.0)}
+version=${1:?usage: tests/rdma-core-build.sh VERSION (39.0, 48.0, 52.0, 55.0, 57.0, 59.0) [--pyverbs]}
+pyverbs=0
+case ${2:-} in
+--pyverbs) pyverbs=1 ;;
+'') ;;
+*) echo "rdma-core-build.sh: unknown argument ${2}" >&2; exit 2 ;;
+esac
 pypi=https://files.pythonhosted.org/packages
 # A wheel's libraries directory, for a build taken whole.
 wheel_libs=
@@ -70,14 +84,26 @@ case $version in
     exit 2
     ;;
 esac
+# amd-mori's wheel carries libibverbs alone; pyverbs' wheel carries the
+# pyverbs of 56.0rc1 (not 48.0's), built for Python 3.10; neither carries a
+# test suite.
+if [[ -n $wheel_libs ]] && ((pyverbs)); then
+    echo "rdma-core-build.sh: the wheel of rdma-core $version carries no pyverbs and test suite of that release" >&2
+    exit 1
+fi
 
 dir=${XIW_RDMA_CORE_CACHE:-/var/cache/xiw-rdma-core}/$version
 # What a finished directory was made from (the archive and this recipe's
-# revision): anything else is made afresh.
+# revision, and whether it has pyverbs): anything else is made afresh. One
+# with pyverbs serves a caller that does not ask for it.
 made="$sha recipe 2"
-if [[ -f $dir/.complete && $(cat "$dir/.complete") == "$made" ]]; then
-    echo "$dir"
-    exit 0
+with_pyverbs="$made, pyverbs"
+if [[ -f $dir/.complete ]]; then
+    had=$(cat "$dir/.complete")
+    if [[ $had == "$with_pyverbs" || ($had == "$made" && $pyverbs == 0) ]]; then
+        echo "$dir"
+        exit 0
+    fi
 fi
 rm -rf "$dir"
 mkdir -p "$dir/unpacked"
@@ -121,13 +147,34 @@ fi
 
 # The compiled-in directories point into prefix/, which holds nothing but
 # what a test puts there: no other provider is ever loaded.
+# With pyverbs: Debian's own Python (not another python3 earlier on PATH),
+# whose cython3 the build runs. Its modules are compiled without
+# optimisation, which takes a fifth of the time -O3 takes (the Cython
+# output is large, and what the tests measure is the provider): the tree
+# puts CMAKE_C_FLAGS before its -O3 for its libraries and again after it
+# for pyverbs' modules, so the -O0 given here is the last word for pyverbs
+# alone.
+pyverbs_flags=(-DNO_PYVERBS=1)
+if ((pyverbs)); then
+    pyverbs_flags=(-DNO_PYVERBS=0 -DPYTHON_EXECUTABLE=/usr/bin/python3 -DCMAKE_C_FLAGS=-O0)
+fi
 cmake -S "$dir/src" -B "$dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_INSTALL_PREFIX="$dir/prefix" -DCMAKE_INSTALL_SYSCONFDIR="$dir/prefix/etc" \
-    -DNO_PYVERBS=1 -DNO_MAN_PAGES=1 -DENABLE_RESOLVE_NEIGH=0 -DENABLE_STATIC=0 >&2
+    -DNO_MAN_PAGES=1 -DENABLE_RESOLVE_NEIGH=0 -DENABLE_STATIC=0 "${pyverbs_flags[@]}" >&2
 # perftest links mlx5's and efa's direct-verbs libraries, which link the
 # private ABI of their own release: built from the same tree, so that a
 # tool loads one release throughout.
 ninja -C "$dir/build" ibverbs mlx5 efa >&2
+# pyverbs (its mlx5 and efa modules too: the suite imports them whatever the
+# device), and librdmacm, which it links.
+if ((pyverbs)); then
+    if ! grep -q '^build pyverbs/all:' "$dir/build/build.ninja"; then
+        echo "rdma-core-build.sh: rdma-core $version's build has no pyverbs (cython3 and python3-dev installed?)" >&2
+        exit 1
+    fi
+    ninja -C "$dir/build" pyverbs/all >&2
+    made=$with_pyverbs
+fi
 mkdir -p "$dir/prefix/lib/libibverbs" "$dir/prefix/etc/libibverbs.d"
 echo "$made" >"$dir/.complete"
 echo "$dir"
