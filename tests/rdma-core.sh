@@ -7,9 +7,10 @@
 # it brings up a device and runs, each as a server/client pair over TCP on
 # 127.0.0.1 with that release's libibverbs: ib_write_lat and ib_read_bw
 # (perftest), ibv_rc_pingpong (rdma-core's own) and xiw-verbs-check
-# integrity; with --pyverbs FILE (chroots) also that release's own test suite
-# (python3-pyverbs), whose verbose output goes to FILE (and, run again with
-# XIW_COMPLETION=placed, to FILE.placed) for the caller to judge
+# integrity; with --pyverbs FILE also that release's own test suite (in a
+# chroot its python3-pyverbs; for a build from source the pyverbs built with
+# it and the tree's tests/), whose verbose output goes to FILE (and, run again
+# with XIW_COMPLETION=placed, to FILE.placed) for the caller to judge
 # (tests/tests/rdma_core.rs does); with --refused, for a release the provider
 # does not serve, only that the provider refuses it (its one line at load, no
 # xiw device listed). Prints one line per check; exits non-zero if any fails.
@@ -20,11 +21,11 @@
 #   bash tests/rdma-core.sh trixie [EXPECTED_VERSION] [--pyverbs FILE]
 #   bash tests/rdma-core.sh sid - (-: whatever release it has)
 #   bash tests/rdma-core.sh sid 66.0 --refused
-#   bash tests/rdma-core.sh --built 59.0
+#   bash tests/rdma-core.sh --built 59.0 [--pyverbs FILE]
 #   bash tests/rdma-core.sh --built DIR   (DIR laid out as rdma-core-build.sh does)
 set -euo pipefail
 
-usage="usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE | --refused] | --built VERSION"
+usage="usage: tests/rdma-core.sh SUITE [EXPECTED_RDMA_CORE_VERSION] [--pyverbs FILE | --refused] | --built VERSION|DIR [--pyverbs FILE]"
 suite=${1:?$usage}
 expect=${2:-}
 [[ $expect == - ]] && expect=
@@ -37,7 +38,9 @@ esac
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 provider=/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so
 
+built=0
 if [[ $suite == --built ]]; then
+    built=1
     # A libibverbs built from source, on this host: its compiled-in provider
     # and configuration directories (under the build's prefix/) hold xiw
     # alone; programs find the library by LD_LIBRARY_PATH.
@@ -47,7 +50,8 @@ if [[ $suite == --built ]]; then
         build=$(cd "$expect" && pwd)
         expect=
     else
-        build=$(bash "$repo/tests/rdma-core-build.sh" "$expect")
+        # Its pyverbs too, for the test suite.
+        build=$(bash "$repo/tests/rdma-core-build.sh" "$expect" ${pyverbs_out:+--pyverbs})
     fi
     suite="built from source"
     [[ -d $build/src ]] || suite="a registry's build"
@@ -62,7 +66,10 @@ if [[ $suite == --built ]]; then
         install -m 0644 /etc/libibverbs.d/xiw.driver "$build/prefix/etc/libibverbs.d/xiw.driver"
     fi
     tree=/run/xiw/built-$(basename "$build")
-    cleanup() { "$repo/target/release/xiw" down --root "$tree" >/dev/null 2>&1 || true; }
+    cleanup() {
+        "$repo/target/release/xiw" down --root "$tree" >/dev/null 2>&1 || true
+        [[ -z ${host_work:-} ]] || rm -rf "$host_work"
+    }
     trap cleanup EXIT
     "$repo/target/release/xiw" up --netdev lo --root "$tree" >/dev/null
     in_root() {
@@ -97,6 +104,7 @@ else
     mounted=()
     cleanup() {
         chroot "$root" xiw down --root /run/xiw/chroot >/dev/null 2>&1 || true
+        [[ -z ${host_work:-} ]] || rm -rf "$host_work"
         local m
         for m in "${mounted[@]}"; do umount -l "$m" 2>/dev/null || true; done
     }
@@ -169,33 +177,66 @@ check_re='ok'
 pair "xiw-verbs-check integrity" xiw-verbs-check integrity --port @PORT@ --qps 4 --ops 150 -- --server 127.0.0.1
 
 if [[ -n $pyverbs_out ]]; then
+    # The suite and its PATH: in a chroot, Debian's python3-pyverbs with the
+    # tests its package carries; for a build from source, the pyverbs built
+    # with the library (PYTHONPATH) and the tree's own tests/. `work` is the
+    # scratch directory as the suite sees it, `host_work` as this host does.
+    if ((!built)); then
+        work=/tmp/xiw-pyverbs
+        host_work=$root$work
+        suite_src=$root/usr/share/doc/rdma-core/tests
+        suite_path=/usr/local/bin:/usr/bin:/bin
+        suite_env=()
+    else
+        if [[ ! -d $build/build/python/pyverbs || ! -f $build/src/tests/run_tests.py ]]; then
+            echo "FAIL: $build has no pyverbs and test suite of rdma-core $version" >&2
+            exit 1
+        fi
+        work=$(mktemp -d /tmp/xiw-pyverbs.XXXXXX)
+        host_work=$work
+        suite_src=$build/src/tests
+        suite_path=$repo/target/release:/usr/bin:/bin
+        suite_env=(PYTHONPATH="$build/build/python")
+        # The suite must take the pyverbs built, and that pyverbs the
+        # library built (python3-pyverbs of Debian 12 is installed too).
+        maps=$(in_root env "${suite_env[@]}" /usr/bin/python3 -c \
+            'import pyverbs, pyverbs.device; print(pyverbs.__file__); print(open("/proc/self/maps").read())')
+        if [[ $(head -1 <<<"$maps") != "$build/build/python/pyverbs/__init__.py" ]] ||
+            ! grep -q " $build/build/lib/libibverbs.so" <<<"$maps" ||
+            grep -q " /usr/lib/x86_64-linux-gnu/libibverbs.so" <<<"$maps"; then
+            echo "FAIL: pyverbs does not load as built in $build:" >&2
+            grep -E 'pyverbs|libibverbs' <<<"$maps" | head -5 >&2
+            exit 1
+        fi
+        echo "pyverbs: rdma-core $version's, built with its libibverbs ($build/build/python)"
+    fi
+    rm -rf "$host_work"
+    mkdir -p "$host_work/path"
+    cp -r "$suite_src" "$host_work/tests"
+    find "$host_work/tests" -name '*.gz' -exec gunzip -f {} +
     # The suite of rdma-core 49 and later asks `rdma link show -j` for each
     # device's netdev; standalone mode has no RDMA netlink, so the tool fails.
     # In front of it on PATH, a stand-in answers what is true here: no links
     # are known to the kernel (the suite then treats the device as the suite
     # of 44.0 does, which reads sysfs instead). Every other use of the tool
     # goes to the real one.
-    mkdir -p "$root/opt/xiw-test-path"
     printf '%s\n' '#!/bin/sh' \
         '# rdma link show -j for a kernel without RDMA (see tests/rdma-core.sh)' \
         'if [ "$*" = "link show -j" ]; then echo "[]"; exit 0; fi' \
-        'exec /usr/bin/rdma "$@"' >"$root/opt/xiw-test-path/rdma"
-    chmod 0755 "$root/opt/xiw-test-path/rdma"
-    rm -rf "$root/tmp/xiw-pyverbs"
-    cp -r "$root/usr/share/doc/rdma-core/tests" "$root/tmp/xiw-pyverbs"
-    find "$root/tmp/xiw-pyverbs" -name '*.gz' -exec gunzip -f {} +
+        'exec /usr/bin/rdma "$@"' >"$host_work/path/rdma"
+    chmod 0755 "$host_work/path/rdma"
     # Twice: with the default completions, and with completions confirmed by
     # the peer (XIW_COMPLETION=placed) into FILE.placed.
     for mode in sent placed; do
         out=$pyverbs_out
         [[ $mode == placed ]] && out=$pyverbs_out.placed
         echo "pyverbs: running rdma-core $version's test suite, XIW_COMPLETION=$mode (output: $out)"
-        (cd / && in_root env PATH=/opt/xiw-test-path:/usr/local/bin:/usr/bin:/bin \
+        (cd / && in_root env PATH="$work/path:$suite_path" "${suite_env[@]}" \
             XIW_COMPLETION=$mode \
-            timeout 900 python3 /tmp/xiw-pyverbs/run_tests.py --dev xiw0 --gid 0 -v) \
+            timeout 900 /usr/bin/python3 "$work/tests/run_tests.py" --dev xiw0 --gid 0 -v) \
             >"$out" 2>&1 || true
     done
-    rm -rf "$root/tmp/xiw-pyverbs"
+    rm -rf "$host_work"
 fi
 
 if ((fails > 0)); then
