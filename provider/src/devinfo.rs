@@ -423,16 +423,40 @@ pub fn ibdev_path(root: &Path, ibdev: &str) -> PathBuf {
     root.join("class/infiniband").join(ibdev)
 }
 
-/// `<root>/class/infiniband_verbs/uverbs<index>`.
-pub fn uverbs_path(root: &Path, index: u32) -> PathBuf {
-    root.join("class/infiniband_verbs")
-        .join(format!("uverbs{index}"))
+/// The usual name of a uverbs entry and its node: `uverbs<index>`.
+pub const UVERBS: &str = "uverbs";
+
+/// The name of a standalone device's uverbs entry and node where they sit
+/// beside the kernel's own in /dev/infiniband (a kernel with the RDMA core,
+/// which names its nodes `uverbs<N>`): `xiw_uverbs<index>`, which no kernel
+/// driver takes.
+pub const SHARED_UVERBS: &str = "xiw_uverbs";
+
+/// `<prefix><index>`: a uverbs entry's name.
+pub fn uverbs_name(prefix: &str, index: u32) -> String {
+    format!("{prefix}{index}")
 }
 
-/// `/dev/infiniband/uverbs<index>`, the node libibverbs opens for the
-/// sysfs entry `uverbs<index>` (the two names must match).
-pub fn uverbs_dev_node(index: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/infiniband/uverbs{index}"))
+/// The index of a uverbs entry named by [`UVERBS`] or [`SHARED_UVERBS`].
+pub fn uverbs_index(name: &str) -> Option<u32> {
+    let digits = name
+        .strip_prefix(SHARED_UVERBS)
+        .or_else(|| name.strip_prefix(UVERBS))?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `<root>/class/infiniband_verbs/<name>`.
+pub fn uverbs_path(root: &Path, name: &str) -> PathBuf {
+    root.join("class/infiniband_verbs").join(name)
+}
+
+/// `/dev/infiniband/<name>`, the node libibverbs opens for the sysfs entry
+/// `<name>` (the two names must match).
+pub fn uverbs_dev_node(name: &str) -> PathBuf {
+    Path::new("/dev/infiniband").join(name)
 }
 
 /// Creates `dir` and its missing parents with mode 0755 (whatever the umask).
@@ -484,14 +508,9 @@ pub fn write_class_abi_version(root: &Path) -> io::Result<()> {
 }
 
 /// Writes everything libibverbs reads for one device, and our `xiw_config`:
-/// the ibdev directory and the `uverbs<uverbs_index>` entry pointing at it.
+/// the ibdev directory and the uverbs entry `uverbs` pointing at it.
 /// `link_up` decides the port state (ACTIVE or DOWN).
-pub fn write_device(
-    root: &Path,
-    info: &DeviceInfo,
-    uverbs_index: u32,
-    link_up: bool,
-) -> io::Result<()> {
+pub fn write_device(root: &Path, info: &DeviceInfo, uverbs: &str, link_up: bool) -> io::Result<()> {
     let dev = ibdev_path(root, &info.ibdev);
     let guid = format_guid(info.node_guid);
     let attrs: [(&str, &str); 8] = [
@@ -538,33 +557,32 @@ pub fn write_device(
 
     // The uverbs entry last: libibverbs discovers devices through it, so a
     // scan running concurrently never sees a half-written ibdev directory.
-    let uv = uverbs_path(root, uverbs_index);
+    let uv = uverbs_path(root, uverbs);
     write_attr(&uv.join("ibdev"), &info.ibdev)?;
     write_attr(&uv.join("dev"), &format!("{CDEV_MAJOR}:{CDEV_MINOR}"))?;
     write_attr(&uv.join("abi_version"), &UVERBS_DEV_ABI_VERSION.to_string())?;
     Ok(())
 }
 
-/// The uverbs entries of a tree: (index, ibdev name), sorted by index.
-pub fn list_uverbs(root: &Path) -> io::Result<Vec<(u32, String)>> {
+/// The uverbs entries of a tree: (entry name, ibdev name), sorted by index.
+pub fn list_uverbs(root: &Path) -> io::Result<Vec<(String, String)>> {
     let class = root.join("class/infiniband_verbs");
     let mut out = Vec::new();
     for entry in fs::read_dir(&class).map_err(|e| with_path(e, &class))? {
         let entry = entry.map_err(|e| with_path(e, &class))?;
-        let name = entry.file_name();
-        let Some(index) = name
+        let Some((index, name)) = entry
+            .file_name()
             .to_str()
-            .and_then(|n| n.strip_prefix("uverbs"))
-            .and_then(|n| n.parse::<u32>().ok())
+            .and_then(|n| Some((uverbs_index(n)?, n.to_string())))
         else {
             continue;
         };
         let ibdev_file = entry.path().join("ibdev");
         let ibdev = fs::read_to_string(&ibdev_file).map_err(|e| with_path(e, &ibdev_file))?;
-        out.push((index, ibdev.trim().to_string()));
+        out.push((index, name, ibdev.trim().to_string()));
     }
     out.sort();
-    Ok(out)
+    Ok(out.into_iter().map(|(_, n, i)| (n, i)).collect())
 }
 
 fn with_path(e: io::Error, path: &Path) -> io::Error {
@@ -742,7 +760,7 @@ mod tests {
         let root = scratch_dir();
         let info = sample();
         write_class_abi_version(&root).unwrap();
-        write_device(&root, &info, 3, true).unwrap();
+        write_device(&root, &info, "uverbs3", true).unwrap();
 
         let loaded = DeviceInfo::load(&ibdev_path(&root, "xiw0")).unwrap();
         assert_eq!(loaded, info);
@@ -773,13 +791,38 @@ mod tests {
         assert_eq!(mode("class/infiniband/xiw0/ports/1/gids"), 0o755);
         assert_eq!(mode("class/infiniband/xiw0/ports/1/gids/0"), 0o444);
 
-        assert_eq!(list_uverbs(&root).unwrap(), vec![(3, "xiw0".to_string())]);
+        assert_eq!(
+            list_uverbs(&root).unwrap(),
+            vec![("uverbs3".to_string(), "xiw0".to_string())]
+        );
 
         // Rewriting over an existing tree works (files are 0444).
-        write_device(&root, &info, 3, false).unwrap();
+        write_device(&root, &info, "uverbs3", false).unwrap();
         assert_eq!(read("class/infiniband/xiw0/ports/1/state"), "1: DOWN\n");
 
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn uverbs_names() {
+        assert_eq!(uverbs_index("uverbs0"), Some(0));
+        assert_eq!(uverbs_index("uverbs12"), Some(12));
+        assert_eq!(uverbs_index("xiw_uverbs3"), Some(3));
+        for bad in [
+            "uverbs",
+            "xiw_uverbs",
+            "uverbs1x",
+            "uverbs-1",
+            "abi_version",
+            "xuverbs1",
+        ] {
+            assert_eq!(uverbs_index(bad), None, "{bad}");
+        }
+        assert_eq!(uverbs_name(SHARED_UVERBS, 2), "xiw_uverbs2");
+        assert_eq!(
+            uverbs_dev_node("xiw_uverbs2"),
+            Path::new("/dev/infiniband/xiw_uverbs2")
+        );
     }
 
     #[test]

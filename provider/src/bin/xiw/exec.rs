@@ -300,13 +300,8 @@ pub fn drivers_of(root: &Path) -> Option<PathBuf> {
 /// The device nodes the tree at `root` names: (uverbs name, major, minor).
 pub fn nodes_of(root: &Path) -> io::Result<Vec<(String, u32, u32)>> {
     let mut nodes = Vec::new();
-    for (index, _) in devinfo::list_uverbs(root)? {
-        let uverbs = devinfo::uverbs_path(root, index);
-        let name = uverbs
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_owned();
+    for (name, _) in devinfo::list_uverbs(root)? {
+        let uverbs = devinfo::uverbs_path(root, &name);
         let dev = fs::read_to_string(uverbs.join("dev"))?;
         let (major, minor) = dev
             .trim()

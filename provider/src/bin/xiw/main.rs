@@ -231,7 +231,7 @@ fn cmd_up(opts: &Options) -> Result<(), String> {
         .iter()
         .map(|n| sys::lookup_netdev(n))
         .collect::<Result<Vec<_>, _>>()?;
-    let (root, is_default) = resolve_root(opts)?;
+    let (root, _) = resolve_root(opts)?;
     let provider = match &opts.provider {
         Some(p) => Some(
             fs::canonicalize(p)
@@ -242,14 +242,22 @@ fn cmd_up(opts: &Options) -> Result<(), String> {
         None => find_provider(),
     };
 
-    // Device nodes in /dev/infiniband only where libibverbs would read the
-    // tree without help: on a kernel with the RDMA core it lists the
-    // kernel's devices only (and the kernel's own nodes live there).
+    // Root makes the device nodes in /dev/infiniband. Where the kernel has
+    // the RDMA core its own nodes live there too (uverbsN), so ours take
+    // names of their own; libibverbs then reads the tree only through `xiw
+    // exec`, which, with the nodes in place, needs no namespace: any user
+    // may run it. Without root `xiw exec` makes the nodes, in a
+    // /dev/infiniband of the program's own.
     let netlink = sys::rdma_netlink();
-    let make_nodes = sys::is_root() && netlink.is_none();
+    let make_nodes = sys::is_root();
+    let prefix = if netlink.is_some() {
+        devinfo::SHARED_UVERBS
+    } else {
+        devinfo::UVERBS
+    };
 
     teardown(&root)?;
-    if let Err(e) = build_tree(&root, &netdevs, make_nodes, provider.as_deref()) {
+    if let Err(e) = build_tree(&root, &netdevs, make_nodes, prefix, provider.as_deref()) {
         // Leave nothing half-made behind; the original error matters more
         // than a failure to clean up.
         let _ = teardown(&root);
@@ -265,22 +273,24 @@ fn cmd_up(opts: &Options) -> Result<(), String> {
                 .unwrap_or_else(|_| "xiw".into())
         );
     }
-    if make_nodes {
+    if make_nodes && netlink.is_none() {
         println!("export SYSFS_PATH={}", shell_quote(&root.to_string_lossy()));
         return Ok(());
     }
     let why = match netlink {
         Some(why) => format!(
             "this kernel has the RDMA core ({why}), so libibverbs lists devices through \
-             RDMA netlink and never reads a SYSFS_PATH tree"
+             RDMA netlink and never reads a SYSFS_PATH tree{}",
+            if make_nodes {
+                " (their nodes are in /dev/infiniband: any user may)"
+            } else {
+                ""
+            }
         ),
         None => "without root there are no device nodes for them in /dev/infiniband".into(),
     };
-    let root_arg = if is_default {
-        String::new()
-    } else {
-        format!(" --root {}", shell_quote(&root.to_string_lossy()))
-    };
+    // Named always: another user's default tree is elsewhere.
+    let root_arg = format!(" --root {}", shell_quote(&root.to_string_lossy()));
     eprintln!(
         "xiw up: {why}: run verbs programs as\n    xiw exec{root_arg} -- PROGRAM [ARGS...]\n\
          to have them see these devices"
@@ -326,6 +336,7 @@ fn build_tree(
     root: &Path,
     netdevs: &[sys::Netdev],
     make_nodes: bool,
+    prefix: &str,
     provider: Option<&Path>,
 ) -> Result<(), String> {
     devinfo::create_dir(root).map_err(|e| e.to_string())?;
@@ -350,10 +361,11 @@ fn build_tree(
         // Without nodes in /dev the indices are the tree's own: only `xiw
         // exec` makes nodes for them, in a /dev/infiniband of its own.
         let index = if make_nodes {
-            make_dev_node(&mut record, root)?
+            make_dev_node(&mut record, root, prefix)?
         } else {
             i as u32
         };
+        let uverbs = devinfo::uverbs_name(prefix, index);
         let node_guid = devinfo::guid_from_mac(&nd.mac)
             .filter(|g| !guids.contains(g))
             // The uverbs index is unique among all xiw devices of the host
@@ -371,7 +383,7 @@ fn build_tree(
             mac: nd.mac,
             node_guid,
         };
-        devinfo::write_device(root, &info, index, nd.running).map_err(|e| e.to_string())?;
+        devinfo::write_device(root, &info, &uverbs, nd.running).map_err(|e| e.to_string())?;
         eprintln!(
             "xiw up: {} on {} (ifindex {}): addr {}, GID {}, MTU {} (IBV_MTU {}), GUID {}, \
              port {}, {}",
@@ -385,7 +397,7 @@ fn build_tree(
             devinfo::format_guid(info.node_guid),
             if nd.running { "ACTIVE" } else { "DOWN" },
             if make_nodes {
-                devinfo::uverbs_dev_node(index).display().to_string()
+                devinfo::uverbs_dev_node(&uverbs).display().to_string()
             } else {
                 "its node made by xiw exec".into()
             }
@@ -394,9 +406,9 @@ fn build_tree(
     Ok(())
 }
 
-/// Creates /dev/infiniband/uverbsN for the lowest N not taken (trees of
+/// Creates /dev/infiniband/<prefix>N for the lowest N not taken (trees of
 /// other network namespaces share /dev) and records it.
-fn make_dev_node(record: &mut Record, root: &Path) -> Result<u32, String> {
+fn make_dev_node(record: &mut Record, root: &Path, prefix: &str) -> Result<u32, String> {
     let dev_dir = Path::new(DEV_DIR);
     let mut index = 0;
     while index < MAX_UVERBS {
@@ -405,7 +417,7 @@ fn make_dev_node(record: &mut Record, root: &Path) -> Result<u32, String> {
             record.created_dir = true;
             record.save(root)?;
         }
-        let node = devinfo::uverbs_dev_node(index);
+        let node = devinfo::uverbs_dev_node(&devinfo::uverbs_name(prefix, index));
         match sys::mknod_char(&node, 0o666, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR) {
             Ok(ino) => {
                 record.nodes.push((node, ino));
@@ -537,8 +549,8 @@ impl Record {
 }
 
 fn is_uverbs_node_path(p: &str) -> bool {
-    p.strip_prefix("/dev/infiniband/uverbs")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    p.strip_prefix("/dev/infiniband/")
+        .is_some_and(|n| devinfo::uverbs_index(n).is_some())
 }
 
 /// Runs the program under `xiw exec`'s plan for the tree; returns only if
@@ -611,14 +623,14 @@ fn cmd_status(opts: &Options) -> Result<(), String> {
         "PORT".to_string(),
         "UVERBS NODE".to_string(),
     ]];
-    for (index, ibdev) in uverbs {
+    for (uverbs_name, ibdev) in uverbs {
         let info =
             DeviceInfo::load(&devinfo::ibdev_path(&root, &ibdev)).map_err(|e| e.to_string())?;
         let state_path = devinfo::ibdev_path(&root, &ibdev).join("ports/1/state");
         let state = fs::read_to_string(&state_path)
             .map(|s| s.trim().split(": ").last().unwrap_or("?").to_string())
             .unwrap_or_else(|_| "?".into());
-        let node = devinfo::uverbs_dev_node(index);
+        let node = devinfo::uverbs_dev_node(&uverbs_name);
         let node_text =
             if sys::char_dev_ino(&node, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR).is_some() {
                 node.display().to_string()
@@ -708,6 +720,10 @@ mod tests {
     fn record_paths_are_checked() {
         assert!(is_uverbs_node_path("/dev/infiniband/uverbs0"));
         assert!(is_uverbs_node_path("/dev/infiniband/uverbs12"));
+        assert!(is_uverbs_node_path("/dev/infiniband/xiw_uverbs1"));
+        assert!(!is_uverbs_node_path(
+            "/dev/infiniband/xiw_uverbs1/../../sda"
+        ));
         assert!(!is_uverbs_node_path("/dev/infiniband/uverbs"));
         assert!(!is_uverbs_node_path("/dev/infiniband/uverbs0/../../sda"));
         assert!(!is_uverbs_node_path("/etc/passwd"));
