@@ -176,6 +176,32 @@ pair "ibv_rc_pingpong -n 1000" ibv_rc_pingpong -d xiw0 -g 0 -p @PORT@ -n 1000 --
 check_re='ok'
 pair "xiw-verbs-check integrity" xiw-verbs-check integrity --port @PORT@ --qps 4 --ops 150 -- --server 127.0.0.1
 
+# xiw exec with this release's libibverbs: as root, and as an unprivileged
+# user (uid 65534), on the tree above (its nodes are in /dev; in a chroot no
+# user namespace can be made); on this host, also as that user on a tree of
+# their own, whose node xiw exec makes in a namespace of the program's and
+# whose provider it names through RDMAV_DRIVERS.
+check_re='bytes in'
+# (No `--` in the commands: pair takes the first one as its separator.)
+as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+exec_tree=${tree:-/run/xiw/chroot}
+pair "xiw exec (root): ibv_rc_pingpong -n 500" xiw exec --root "$exec_tree" \
+    ibv_rc_pingpong -d xiw0 -g 0 -p @PORT@ -n 500 -- 127.0.0.1
+pair "xiw exec (uid 65534): ibv_rc_pingpong -n 500" "${as_user[@]}" xiw exec --root "$exec_tree" \
+    ibv_rc_pingpong -d xiw0 -g 0 -p @PORT@ -n 500 -- 127.0.0.1
+if ((built)); then
+    user_home=$(mktemp -d /tmp/xiw-exec-user.XXXXXX)
+    chmod 0755 "$user_home"
+    chown 65534:65534 "$user_home"
+    # The provider as this libibverbs would load it, so it is loaded once.
+    user_provider=$provider
+    [[ -d $build/prefix ]] && user_provider=$build/prefix/lib/libibverbs/libxiw-rdmav$abi.so
+    in_root "${as_user[@]}" xiw up --root "$user_home/tree" --netdev lo --provider "$user_provider" 2>/dev/null
+    pair "xiw exec (uid 65534, a tree of its own): ibv_rc_pingpong -n 500" "${as_user[@]}" \
+        xiw exec --root "$user_home/tree" ibv_rc_pingpong -d xiw0 -g 0 -p @PORT@ -n 500 -- 127.0.0.1
+    rm -rf "$user_home"
+fi
+
 if [[ -n $pyverbs_out ]]; then
     # The suite and its PATH: in a chroot, Debian's python3-pyverbs with the
     # tests its package carries; for a build from source, the pyverbs built

@@ -324,7 +324,10 @@ fn find_provider() -> Option<PathBuf> {
         "/usr/lib64",
         "/usr/lib",
     ] {
-        candidates.push(Path::new(lib).join("libibverbs/libxiw-rdmav34.so"));
+        // Under whichever private ABI's name it was installed.
+        for name in exec::provider_names() {
+            candidates.push(Path::new(lib).join("libibverbs").join(name));
+        }
     }
     candidates
         .into_iter()
