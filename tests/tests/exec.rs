@@ -79,6 +79,18 @@ fn dev_infiniband() -> Vec<String> {
     v
 }
 
+/// The name of the one uverbs entry of the tree at `sysfs`.
+fn uverbs_entry(sysfs: &Path) -> String {
+    let names: Vec<String> = std::fs::read_dir(sysfs.join("class/infiniband_verbs"))
+        .expect("the tree's uverbs entries")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "abi_version")
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    names[0].clone()
+}
+
 /// A user's device on `lo`: `xiw up` as that user says to use `xiw exec`,
 /// prints no SYSFS_PATH, and makes no node.
 fn user_device(uid: u32) -> Device {
@@ -142,7 +154,8 @@ fn an_unprivileged_user_runs_perftest_and_pingpong_through_xiw_exec() {
             "sh",
             "-c",
             "id -u; id -g; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; \
-             stat -c '%F %t:%T' /dev/infiniband/uverbs0; ls /dev/infiniband; \
+             readlink /proc/self/ns/user; \
+             stat -c '%F %t:%T' /dev/infiniband/uverbs*; ls /dev/infiniband; \
              echo SYSFS_PATH=$SYSFS_PATH; echo RDMAV_DRIVERS=$RDMAV_DRIVERS; \
              test -c /dev/null && test -d /dev/shm && echo dev-kept",
         ],
@@ -153,7 +166,6 @@ fn an_unprivileged_user_runs_perftest_and_pingpong_through_xiw_exec() {
         "NoNewPrivs:\t1\n",
         "CapEff:\t0000000000000000\n",
         "character special file 1:7\n",
-        "\nuverbs0\n",
         &format!("SYSFS_PATH={root}\n"),
         &format!("RDMAV_DRIVERS={root}/provider/libxiw\n"),
         "dev-kept\n",
@@ -163,6 +175,18 @@ fn an_unprivileged_user_runs_perftest_and_pingpong_through_xiw_exec() {
             "inside xiw exec, no {want:?}:\n{inside}"
         );
     }
+    // A user namespace of its own, and a /dev/infiniband holding the tree's
+    // node alone.
+    let ours = std::fs::read_link("/proc/self/ns/user").expect("our user namespace");
+    assert!(
+        !inside.contains(&format!("{}\n", ours.display())),
+        "no user namespace of its own:\n{inside}"
+    );
+    let node = uverbs_entry(&dev.sysfs);
+    assert!(
+        inside.contains(&format!("\n{node}\nSYSFS_PATH")),
+        "/dev/infiniband inside does not hold {node} alone:\n{inside}"
+    );
     let listed = ok(
         Some(USER),
         &["xiw", "exec", "--root", &root, "--", "ibv_devices"],

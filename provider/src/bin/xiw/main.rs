@@ -360,13 +360,26 @@ fn build_tree(
     }
 
     let mut guids: Vec<u64> = Vec::new();
+    let mut next_free = 0;
     for (i, nd) in netdevs.iter().enumerate() {
-        // Without nodes in /dev the indices are the tree's own: only `xiw
-        // exec` makes nodes for them, in a /dev/infiniband of its own.
+        // Without nodes in /dev, `xiw exec` makes them, in a
+        // /dev/infiniband of the program's own; the indices are those no
+        // node in /dev has, so that it always does (a node of another tree
+        // under the same name would do as well, but `xiw exec` would then
+        // depend on that tree).
         let index = if make_nodes {
             make_dev_node(&mut record, root, prefix)?
         } else {
-            i as u32
+            while next_free < MAX_UVERBS
+                && fs::symlink_metadata(devinfo::uverbs_dev_node(&devinfo::uverbs_name(
+                    prefix, next_free,
+                )))
+                .is_ok()
+            {
+                next_free += 1;
+            }
+            next_free += 1;
+            next_free - 1
         };
         let uverbs = devinfo::uverbs_name(prefix, index);
         let node_guid = devinfo::guid_from_mac(&nd.mac)
