@@ -34,8 +34,7 @@ use xiw_tests::pyverbs::{check, MAY_FAIL, MAY_FAIL_PLACED};
 /// major version: as measured with 56.1 and 65.0 in the chroots; for 52.0,
 /// 55.0, 57.0 and 59.0, built from source, the tests that neither skip nor
 /// are in the lists of those that may fail (some of those pass in one run
-/// and not the next: 84 to 90 passed with the default completions). 52.0's
-/// and 55.0's are for when their suites run (see [`BUILT_WITH_SUITE`]).
+/// and not the next: 84 to 90 passed with the default completions).
 const MIN_OK: &[(u32, (usize, usize))] = &[
     (52, (83, 98)),
     (55, (84, 99)),
@@ -191,12 +190,11 @@ fn debian_unstable_rdma_core_runs_xiw_and_its_test_suite() {
 }
 
 /// The releases built from source whose own test suite (the tree's pyverbs
-/// and tests/) runs too: 57.0 and 59.0, whose layouts (57-58, 59-61) no
-/// chroot's suite runs. 52.0's and 55.0's layout is 56.1's, whose suite the
-/// Debian 13 chroot runs; their pyverbs and suites would add about a minute
-/// each to the test command (from empty caches), so they run by hand
-/// (`tests/rdma-core.sh --built 52.0 --pyverbs FILE`), or from this list.
-const BUILT_WITH_SUITE: &[&str] = &["57.0", "59.0"];
+/// and tests/) runs too: all four. 57.0's and 59.0's layouts (57-58, 59-61)
+/// no chroot's suite covers; 52.0's and 55.0's is 56.1's, whose suite the
+/// Debian 13 chroot runs, but their own suites differ from it. Their
+/// pyverbs builds cost about a minute each from empty caches.
+const BUILT_WITH_SUITE: &[&str] = &["52.0", "55.0", "57.0", "59.0"];
 
 /// rdma-core releases no Debian suite has, built from the source trees that
 /// crates.io and PyPI carry or taken from the builds PyPI wheels carry
