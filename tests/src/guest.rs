@@ -40,6 +40,31 @@ pub fn kernel_root() -> PathBuf {
     PathBuf::from(bash("tests/vm/kernel.sh", &[]))
 }
 
+/// Debian 12's kernel as [`kernel_root`] unpacks it: its release (the root's
+/// name) and its headers, which out-of-tree modules are built against.
+pub fn kernel_headers() -> (String, PathBuf) {
+    let root = kernel_root();
+    let kver = root
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("the kernel's release")
+        .to_owned();
+    let headers = root.join(format!("usr/src/linux-headers-{kver}"));
+    (kver, headers)
+}
+
+/// The workspace's version (Cargo.toml), which the module and its DKMS
+/// package carry.
+pub fn workspace_version() -> String {
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).expect("reading Cargo.toml");
+    cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("the workspace's version")
+        .to_owned()
+}
+
 /// Boots the guest with `script` (and the C test `programs` of `tests/c/`)
 /// and checks that every one of its checks passed. Debian 12's kernel.
 pub fn guest(script: &str, programs: &[&str]) -> String {

@@ -106,6 +106,15 @@ pub fn serial() -> MutexGuard<'static, ()> {
     M.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The last line of `text` that is not blank: what a failed command said
+/// last, for a one-line notice.
+pub fn last_line(text: &str) -> &str {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+}
+
 /// Says `line` where the test command's summary shows it: libtest keeps
 /// what a passing test prints to itself, so the line is also appended to
 /// the file `$XIW_NOTICES` names (`tests/run-all.sh` sets it and prints the

@@ -202,44 +202,30 @@ fn an_unprivileged_user_runs_perftest_and_pingpong_through_xiw_exec() {
         text(&outside.stdout)
     );
 
-    let pair = run_tool_pair(
-        "ib_write_lat",
-        &dev,
-        &dev,
-        &["-s", "2", "-n", "2000"],
-        TIMEOUT,
-    );
-    if let Err(e) = check_perftest("ib_write_lat", &pair, &[2], 2000) {
-        panic!(
-            "ib_write_lat through xiw exec as {USER}: {e}\n{}",
-            pair.dump()
-        );
-    }
-    let pair = run_tool_pair(
-        "ib_read_bw",
-        &dev,
-        &dev,
-        &["-s", "65536", "-n", "1000"],
-        TIMEOUT,
-    );
-    if let Err(e) = check_perftest("ib_read_bw", &pair, &[65536], 1000) {
-        panic!(
-            "ib_read_bw through xiw exec as {USER}: {e}\n{}",
-            pair.dump()
-        );
-    }
-    let pair = run_tool_pair(
-        "ibv_rc_pingpong",
-        &dev,
-        &dev,
-        &["-n", "500", "-s", "4096", "-c"],
-        TIMEOUT,
-    );
-    if let Err(e) = check_pingpong(&pair, 4096, 500) {
-        panic!(
-            "ibv_rc_pingpong through xiw exec as {USER}: {e}\n{}",
-            pair.dump()
-        );
+    for (tool, args, size, iters) in [
+        ("ib_write_lat", &["-s", "2", "-n", "2000"][..], 2, 2000),
+        (
+            "ib_read_bw",
+            &["-s", "65536", "-n", "1000"][..],
+            65536,
+            1000,
+        ),
+        (
+            "ibv_rc_pingpong",
+            &["-n", "500", "-s", "4096", "-c"][..],
+            4096,
+            500,
+        ),
+    ] {
+        let pair = run_tool_pair(tool, &dev, &dev, args, TIMEOUT);
+        let checked = if tool.starts_with("ibv_") {
+            check_pingpong(&pair, size, iters)
+        } else {
+            check_perftest(tool, &pair, &[size], iters)
+        };
+        if let Err(e) = checked {
+            panic!("{tool} through xiw exec as {USER}: {e}\n{}", pair.dump());
+        }
     }
     ok(Some(USER), &["xiw", "down", "--root", &root]);
     assert!(!dev.sysfs.exists(), "xiw down left the tree");

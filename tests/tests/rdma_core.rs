@@ -26,7 +26,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use xiw_abi::driver::{Layout, NEWEST};
-use xiw_tests::harness::{notice, serial, HugePages};
+use xiw_tests::harness::{last_line, notice, serial, HugePages};
 use xiw_tests::pyverbs::{check, MAY_FAIL, MAY_FAIL_PLACED};
 
 /// Fewest of each release's tests that must pass, with the default
@@ -109,11 +109,7 @@ fn runs_xiw_under(suite: &str, what: &str, unstable: bool) {
     let (major, minor) = match release_in(suite) {
         Ok(r) => r,
         Err(why) if unstable => {
-            let last = why
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("");
+            let last = last_line(&why);
             return notice(&format!(
                 "{what} could not be installed today, so xiw was not run under its rdma-core: \
                  {last} (pkg/chroot.sh {suite}; a transition in unstable usually ends within days)"

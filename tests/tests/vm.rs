@@ -21,7 +21,10 @@ use std::process::Command;
 
 use std::time::Duration;
 use xiw_tests::cprog;
-use xiw_tests::guest::{bash, guest, guest_env, guest_on, guest_run, kernel_root, repo};
+use xiw_tests::guest::{
+    bash, guest, guest_env, guest_on, guest_run, kernel_headers, kernel_root, repo,
+    workspace_version,
+};
 use xiw_tests::harness::serial;
 
 /// The guest kernel's packages are chosen from what the archive has that
@@ -178,13 +181,7 @@ fn fio_libfabric_and_mpi_in_the_guest() {
 #[test]
 fn the_module_builds_through_dkms_and_runs() {
     let _g = serial();
-    let root = kernel_root();
-    let kver = root
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("the kernel's version")
-        .to_owned();
-    let headers = root.join(format!("usr/src/linux-headers-{kver}"));
+    let (kver, headers) = kernel_headers();
     let ko = bash(
         "pkg/dkms.sh",
         &["build".as_ref(), kver.as_ref(), headers.as_os_str()],
@@ -206,12 +203,7 @@ fn the_module_builds_through_dkms_and_runs() {
         vermagic.starts_with(&format!("{kver} ")),
         "DKMS built for another kernel: {vermagic}"
     );
-    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).expect("reading Cargo.toml");
-    let version = cargo
-        .lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|v| v.strip_suffix('"'))
-        .expect("the workspace's version");
+    let version = workspace_version();
     assert_eq!(
         info("version"),
         version,

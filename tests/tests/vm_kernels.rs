@@ -16,8 +16,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use xiw_tests::guest::{bash, guest_on, kernel_root, repo};
-use xiw_tests::harness::{notice, serial};
+use xiw_tests::guest::{bash, guest_on, kernel_headers, repo, workspace_version};
+use xiw_tests::harness::{last_line, notice, serial};
 
 /// The release (`uname -r`) of the kernel `tests/vm/kernel.sh` fetches for
 /// `suite`, which `tests/vm/run.sh` then boots.
@@ -94,11 +94,7 @@ fn unstable_kernel_smoke() {
         .expect("running pkg/chroot.sh");
     if !out.status.success() {
         let why = String::from_utf8_lossy(&out.stderr);
-        let last = why
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+        let last = last_line(&why);
         return notice(&format!(
             "Debian unstable could not be installed today, so its kernel was not booted: {last} \
              (pkg/chroot.sh sid; a transition in unstable usually ends within days)"
@@ -117,13 +113,7 @@ fn unstable_kernel_smoke() {
 /// VERSION and PATCHLEVEL.
 #[test]
 fn the_module_build_refuses_kernels_below_6_1() {
-    let root = kernel_root();
-    let kver = root
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("the kernel's release")
-        .to_owned();
-    let headers = root.join(format!("usr/src/linux-headers-{kver}"));
+    let (_, headers) = kernel_headers();
     for (version, patchlevel) in [("4", "19"), ("5", "10"), ("6", "0")] {
         let work = tempdir();
         let build = work.join("build");
@@ -184,21 +174,9 @@ fn the_module_build_refuses_kernels_below_6_1() {
 #[test]
 fn dkms_refuses_kernels_below_6_1_and_no_newer_ones() {
     let _g = serial();
-    let root = kernel_root();
-    let kver = root
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("the kernel's release")
-        .to_owned();
-    let headers = root.join(format!("usr/src/linux-headers-{kver}"));
+    let (kver, headers) = kernel_headers();
     bash("pkg/dkms.sh", &["add".as_ref()]);
-    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).expect("reading Cargo.toml");
-    let version = cargo
-        .lines()
-        .find_map(|l| l.strip_prefix("version = \""))
-        .and_then(|v| v.strip_suffix('"'))
-        .expect("the workspace's version")
-        .to_owned();
+    let version = workspace_version();
     let build = |k: &str, dir: &Path| {
         let out = Command::new("dkms")
             .args([

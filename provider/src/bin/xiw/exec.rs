@@ -20,7 +20,6 @@ use std::ffi::OsString;
 use std::fs;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +29,8 @@ use rustix::mount::{self, MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
 
 use xiw::devinfo;
+
+use crate::sys;
 
 /// `NETLINK_RDMA` of `<linux/netlink.h>`.
 const NETLINK_RDMA: u64 = 20;
@@ -75,10 +76,7 @@ pub fn missing_nodes(nodes: &[(String, u32, u32)]) -> Vec<(String, u32, u32)> {
     nodes
         .iter()
         .filter(|(name, major, minor)| {
-            let path = Path::new(DEV_DIR).join(name);
-            !fs::metadata(&path).is_ok_and(|m| {
-                m.file_type().is_char_device() && m.rdev() == rustix::fs::makedev(*major, *minor)
-            })
+            sys::char_dev_ino(&Path::new(DEV_DIR).join(name), *major, *minor).is_none()
         })
         .cloned()
         .collect()
@@ -228,16 +226,14 @@ fn bind_file(from: &Path, to: &Path) -> Result<(), String> {
 /// The path in /dev of the character device `major:minor`; /dev/full for
 /// the tree's usual 1:7, else the /dev/char entry udev makes.
 fn char_dev_in_dev(major: u32, minor: u32) -> Result<PathBuf, String> {
-    let want = rustix::fs::makedev(major, minor);
-    let is_it = |p: &Path| {
-        fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device() && m.rdev() == want)
-    };
     [
         PathBuf::from("/dev/full"),
         PathBuf::from(format!("/dev/char/{major}:{minor}")),
     ]
     .into_iter()
-    .find(|p| is_it(p))
+    // /dev/char's entries are links to the node.
+    .filter_map(|p| fs::canonicalize(p).ok())
+    .find(|p| sys::char_dev_ino(p, major, minor).is_some())
     .ok_or_else(|| {
         format!("no character device {major}:{minor} in /dev to stand for the device node")
     })
