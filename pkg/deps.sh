@@ -5,8 +5,14 @@
 # Build: bindgen needs libclang and the rdma-core headers; cargo links with cc;
 # `xiw exec`'s filter links libseccomp (libseccomp2, on every system).
 XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libibverbs-dev librdmacm-dev libseccomp-dev)
+# The Debian packages (pkg/debs.sh): dpkg-buildpackage with debhelper, which
+# strips into a -dbgsym package, and dh-dkms for xiw-dkms.
+XIW_DEB_PKGS=(dpkg-dev debhelper dh-dkms fakeroot)
+# The demo (pkg/demo.sh): the build, and what runs ib_write_lat over a
+# device: ibv_devinfo, perftest, ss.
+XIW_DEMO_PKGS=("${XIW_BUILD_PKGS[@]}" ibverbs-utils perftest iproute2)
 # Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc.
-# (procps), groff (groff-base) to check the xiwdv(3) man page, rdma-core's own
+# (procps), man-db and groff (groff-base) to check the man pages, rdma-core's own
 # test suite (python3-pyverbs), debootstrap for the chroots of other Debian
 # releases whose rdma-core the provider is tested against (pkg/chroot.sh).
 # The xiwdv example is built with gcc and pkg-config, above. curl, cmake and
@@ -23,15 +29,17 @@ XIW_BUILD_PKGS=(ca-certificates gcc libc6-dev pkg-config clang libclang-dev libi
 # ping-pong of tests/c/); dkms, which pkg/dkms.sh builds the module with;
 # nftables, which injects TCP resets and packet loss in the fault tests;
 # valgrind, which runs whole programs under memcheck (tests/tests/sanitizers.rs).
-XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps groff-base python3-pyverbs debootstrap
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps man-db groff-base python3-pyverbs debootstrap
     make libelf1 libssl3 zlib1g dwarves kmod xz-utils cpio busybox-static qemu-system-x86 perl
     fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build cython3 python3-dev)
 
-# Installs (apt-get) whichever of the packages above are not installed yet;
-# touches apt not at all when everything is present.
+# Installs (apt-get) whichever of the packages named are not installed yet
+# (default: every package above); touches apt not at all when everything is
+# present.
 xiw_ensure_packages() {
-    local missing=() p
-    for p in "${XIW_BUILD_PKGS[@]}" "${XIW_RUNTIME_PKGS[@]}"; do
+    local missing=() p want=("$@")
+    ((${#want[@]})) || want=("${XIW_BUILD_PKGS[@]}" "${XIW_DEB_PKGS[@]}" "${XIW_RUNTIME_PKGS[@]}")
+    for p in "${want[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
             missing+=("$p")
         fi
