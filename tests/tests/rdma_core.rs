@@ -130,7 +130,7 @@ fn runs_xiw_under(suite: &str, what: &str, unstable: bool) {
     notice(&format!(
         "{what} now has rdma-core {version}, newer than any release xiw serves ({}): the \
          provider refuses it (checked), and its checks did not run. To serve it, add its \
-         private layout (README.md, \"rdma-core versions\", \"To add a release\").",
+         private layout (docs/rdma-core.md, \"To add a release\").",
         Layout::known()
     ));
 }
