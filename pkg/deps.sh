@@ -13,7 +13,7 @@ XIW_DEB_PKGS=(dpkg-dev debhelper dh-dkms fakeroot)
 XIW_DEMO_PKGS=("${XIW_BUILD_PKGS[@]}" ibverbs-utils perftest iproute2)
 # Run and test: libibverbs and its tools, perftest, ip/ss (iproute2), pgrep etc.
 # (procps), man-db and groff (groff-base) to check the man pages, rdma-core's own
-# test suite (python3-pyverbs), debootstrap for the chroots of other Debian
+# test suite (python3-pyverbs), mmdebstrap (debootstrap where it is missing) for the chroots of other Debian
 # releases whose rdma-core the provider is tested against (pkg/chroot.sh).
 # The xiwdv example is built with gcc and pkg-config, above. curl, cmake and
 # ninja-build fetch and build libibverbs of rdma-core releases no Debian suite
@@ -29,7 +29,7 @@ XIW_DEMO_PKGS=("${XIW_BUILD_PKGS[@]}" ibverbs-utils perftest iproute2)
 # ping-pong of tests/c/); dkms, which pkg/dkms.sh builds the module with;
 # nftables, which injects TCP resets and packet loss in the fault tests;
 # valgrind, which runs whole programs under memcheck (tests/tests/sanitizers.rs).
-XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps man-db groff-base python3-pyverbs debootstrap
+XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps man-db groff-base python3-pyverbs debootstrap mmdebstrap
     make libelf1 libssl3 zlib1g dwarves kmod xz-utils cpio busybox-static qemu-system-x86 perl
     fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build cython3 python3-dev)
 
