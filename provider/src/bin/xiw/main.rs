@@ -9,6 +9,8 @@
 //! that see the tree (`exec.rs`).
 
 mod exec;
+mod netlink;
+mod status;
 mod sys;
 
 use std::ffi::OsString;
@@ -85,10 +87,43 @@ enum Cmd {
         #[command(flatten)]
         root: RootArg,
     },
-    /// List the devices of the tree
+    /// List the xiw devices: the kernel module's and the tree's
+    ///
+    /// Lists every xiw device this host has, as a table: the kernel-mode
+    /// devices the xiw module registered (`rdma link add NAME type xiw
+    /// netdev IFACE`), as RDMA netlink tells them (the devices whose uverbs
+    /// driver id is the module's; asked only while ib_core is loaded, so
+    /// asking loads nothing), and the standalone devices of the tree at DIR
+    /// (`xiw up`). A row per device: its name, mode (kernel or standalone),
+    /// netdev, port state, address, GID, MTU (the netdev's, and the verbs
+    /// MTU), node GUID and uverbs node; below the table the module's
+    /// version and parameters (/sys/module/xiw) and the tree's SYSFS_PATH.
+    ///
+    /// With --json, one JSON document on stdout instead: an array of device
+    /// objects with the keys of `rdma -j dev` and `rdma -j link` (ifname;
+    /// ifindex, the RDMA core's device index, for kernel-mode devices;
+    /// port, state, physical_state, netdev, netdev_index, node_guid, fw) and
+    /// "mode" ("kernel" or "standalone"), "addr", "gid", "mtu",
+    /// "active_mtu", "chardev" (the uverbs node's path) and
+    /// "chardev_exists"; for standalone devices "sysfs_path" (the tree),
+    /// for kernel-mode devices "module" ({"version", "parameters"}). Keys
+    /// without a value are left out.
+    ///
+    /// No device of either kind is no error, as with `rdma dev`: the table
+    /// is left out (with --json the array is empty), one line on stderr says
+    /// how to create devices, and the exit status is 0. Without --root a
+    /// missing tree at the default DIR is not an error either; with --root
+    /// DIR, a DIR without a tree is (exit status 1). Exit status 1 also
+    /// when RDMA netlink fails (the devices that could be read are listed).
     Status {
         #[command(flatten)]
         root: RootArg,
+        /// Print one JSON document (an array of device objects) instead of the table
+        #[arg(short, long)]
+        json: bool,
+        /// Indented JSON (implies --json)
+        #[arg(short, long)]
+        pretty: bool,
     },
 }
 
@@ -122,6 +157,9 @@ struct Options {
     root: Option<PathBuf>,
     provider: Option<PathBuf>,
     command: Vec<OsString>,
+    /// `status`: JSON, and indented.
+    json: bool,
+    pretty: bool,
 }
 
 impl Cmd {
@@ -143,7 +181,11 @@ impl Cmd {
                 root,
             } => (netdevs.clone(), root, provider.clone(), Vec::new()),
             Cmd::Exec { root, command } => (Vec::new(), root, None, command.clone()),
-            Cmd::Down { root } | Cmd::Status { root } => (Vec::new(), root, None, Vec::new()),
+            Cmd::Down { root } | Cmd::Status { root, .. } => (Vec::new(), root, None, Vec::new()),
+        };
+        let (json, pretty) = match self {
+            Cmd::Status { json, pretty, .. } => (*json || *pretty, *pretty),
+            _ => (false, false),
         };
         if let Some(dup) = netdevs
             .iter()
@@ -157,6 +199,8 @@ impl Cmd {
             root: root.root.clone(),
             provider,
             command,
+            json,
+            pretty,
         })
     }
 }
@@ -175,7 +219,7 @@ fn main() -> ExitCode {
         Cmd::Exec { .. } => return cmd_exec(&opts),
         Cmd::Up { .. } => cmd_up(&opts),
         Cmd::Down { .. } => cmd_down(&opts),
-        Cmd::Status { .. } => cmd_status(&opts),
+        Cmd::Status { .. } => status::cmd_status(&opts),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -617,79 +661,6 @@ fn cmd_exec(opts: &Options) -> ExitCode {
     fail(msg, code)
 }
 
-fn cmd_status(opts: &Options) -> Result<(), String> {
-    let (root, _) = resolve_root(opts)?;
-    let class = root.join("class/infiniband_verbs");
-    if !class.is_dir() {
-        return Err(format!(
-            "no xiw devices at {} (create them with `xiw up`)",
-            root.display()
-        ));
-    }
-    let uverbs = devinfo::list_uverbs(&root).map_err(|e| e.to_string())?;
-    let record = Record::load(&root)?;
-    let made_nodes = !record.nodes.is_empty();
-    println!("SYSFS_PATH={}", root.display());
-    let mut rows = vec![[
-        "IBDEV".to_string(),
-        "NETDEV".to_string(),
-        "ADDRESS".to_string(),
-        "GID".to_string(),
-        "MTU".to_string(),
-        "PORT".to_string(),
-        "UVERBS NODE".to_string(),
-    ]];
-    for (uverbs_name, ibdev) in uverbs {
-        let info =
-            DeviceInfo::load(&devinfo::ibdev_path(&root, &ibdev)).map_err(|e| e.to_string())?;
-        let state_path = devinfo::ibdev_path(&root, &ibdev).join("ports/1/state");
-        let state = fs::read_to_string(&state_path)
-            .map(|s| s.trim().split(": ").last().unwrap_or("?").to_string())
-            .unwrap_or_else(|_| "?".into());
-        let node = devinfo::uverbs_dev_node(&uverbs_name);
-        let node_text =
-            if sys::char_dev_ino(&node, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR).is_some() {
-                node.display().to_string()
-            } else if !made_nodes {
-                "(xiw exec makes it)".to_string()
-            } else {
-                format!("{} (missing!)", node.display())
-            };
-        rows.push([
-            info.ibdev.clone(),
-            info.netdev.clone(),
-            info.addr.to_string(),
-            devinfo::format_gid(&info.gid),
-            format!(
-                "{} (ibv {})",
-                info.mtu,
-                256u32 << (devinfo::ibv_mtu_for(info.mtu) - 1)
-            ),
-            state,
-            node_text,
-        ]);
-    }
-    print_table(&rows);
-    Ok(())
-}
-
-fn print_table<const N: usize>(rows: &[[String; N]]) {
-    let mut widths = [0usize; N];
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, w)| format!("{cell:w$}"))
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
-}
-
 /// Quotes `s` for a POSIX shell, leaving ordinary paths as they are.
 fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty()
@@ -722,6 +693,12 @@ mod tests {
         assert!(parse(&["up", "--root="]).is_err());
         assert!(parse(&["down", "--netdev", "lo"]).is_err());
         assert!(parse(&["sideways"]).is_err());
+        let o = parse(&["status", "-j"]).unwrap();
+        assert!(o.json && !o.pretty);
+        let o = parse(&["status", "--pretty", "--root", "/x"]).unwrap();
+        assert!(o.json && o.pretty, "--pretty implies --json");
+        assert!(!parse(&["status"]).unwrap().json);
+        assert!(parse(&["up", "-j"]).is_err());
         assert!(parse(&[]).is_err());
     }
 
