@@ -189,7 +189,9 @@ rm -f "$ir$provdir/libxiw-rdmav34.so"
 mkdir -p "$ir$provdir"
 cp "$(readlink -f "$provider")" "$ir$provdir/libxiw-rdmav34.so"
 mkdir -p "$ir/etc/libibverbs.d"
-cp /etc/libibverbs.d/xiw.driver "$ir/etc/libibverbs.d/"
+# The guest's provider is in rdma-core's own directory whatever prefix the
+# host installed it under (pkg/install.sh's /usr/local names it by path).
+echo "driver xiw" >"$ir/etc/libibverbs.d/xiw.driver"
 # libgcc_s is loaded at run time by programs that unwind (pthread_cancel).
 for lib in /lib/x86_64-linux-gnu/libgcc_s.so.1; do
     copy "$lib"
