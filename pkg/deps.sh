@@ -29,9 +29,10 @@ XIW_DEMO_PKGS=("${XIW_BUILD_PKGS[@]}" ibverbs-utils perftest iproute2)
 # ping-pong of tests/c/); dkms, which pkg/dkms.sh builds the module with;
 # nftables, which injects TCP resets and packet loss in the fault tests;
 # valgrind, which runs whole programs under memcheck (tests/tests/sanitizers.rs).
+# fonts-dejavu-core: the font xiw-bench lays out its pictures' text with.
 XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps man-db groff-base python3-pyverbs debootstrap mmdebstrap
     make libelf1 libssl3 zlib1g dwarves kmod xz-utils cpio busybox-static qemu-system-x86 perl
-    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build cython3 python3-dev)
+    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build cython3 python3-dev fonts-dejavu-core)
 
 # Installs (apt-get) whichever of the packages named are not installed yet
 # (default: every package above); touches apt not at all when everything is

@@ -21,6 +21,13 @@
 //! It prints Markdown tables and exits 0, or 1 when something could not be
 //! measured. It is a benchmark, not a test: it asserts nothing.
 //!
+//! `--sweep` measures instead every size from 2 B to 8 MiB (perftest's `-a`)
+//! and the TCP floor at the same sizes, writes the numbers as JSON
+//! (tests/src/bench/sweep.rs has the schema) and draws latency and bandwidth
+//! against message size (SVG and PNG); `--plot` draws the same pictures from
+//! such a JSON file (the guest benchmark's too), and `--from-bench` turns the
+//! guest benchmark's BENCH lines into one.
+//!
 //! Needs root, the installed provider (pkg/install.sh) and perftest; it makes
 //! its own device tree (`--root`, default /run/xiw/bench) and removes it after,
 //! and a log file in `--log-dir` (default /var/tmp), which it removes too.
@@ -37,10 +44,14 @@ mod inplace;
 mod instr;
 #[path = "../bench/perftest.rs"]
 mod perftest;
+#[path = "../bench/plot.rs"]
+mod plot;
 #[path = "../bench/qpmem.rs"]
 mod qpmem;
 #[path = "../bench/reactor.rs"]
 mod reactor;
+#[path = "../bench/sweep.rs"]
+mod sweep;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,6 +69,10 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
        xiw-bench --instr [--root DIR]
        xiw-bench --inplace [--quick] [--repeat N] [--root DIR]
        xiw-bench --reactor
+       xiw-bench --sweep [--quick] [--out DIR] [--prefix NAME] [--spin-us N] [--no-crc]
+                 [--root DIR]
+       xiw-bench --plot JSON [--out DIR] [--prefix NAME]
+       xiw-bench --from-bench LINES --json FILE [--title TEXT]
 
   --quick       one round of a fifth of the iterations and 0.3 s per log
                 append case (~25 s instead of 4-5 min; noisier)
@@ -78,6 +93,20 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
                 seconds per GiB on each side
   --reactor     only the wake round trip of a waiting thread with raw epoll
                 and with the polling crate (the reactor choice)
+  --sweep       only every message size from 2 B to 8 MiB, powers of two:
+                ib_write_lat, ib_send_lat, ib_read_lat and ib_write_bw with -a
+                and the TCP floor (ping-pong busy-poll, stream) at the same
+                sizes; writes DIR/sweep.json and draws DIR/NAME-latency.svg and
+                DIR/NAME-bandwidth.svg, a .png beside each (DIR default ., NAME
+                default host). Iterations per size: latency 500, bandwidth
+                1000 (with --quick 100 and 200); 2-4 min (--quick about 1)
+  --plot JSON   only draw the pictures of a sweep's JSON file (into DIR,
+                default the file's folder; NAME default: the file's name less
+                -sweep.json, or host for sweep.json)
+  --from-bench LINES
+                only turn the BENCH lines of tests/vm/guest/bench.sh's sweep
+                (in the file LINES, other lines ignored) into a sweep's JSON
+                file, --json FILE, titled TEXT
 
 Other XIW_* variables in the environment reach the xiw processes unchanged.";
 
@@ -89,6 +118,13 @@ struct Opts {
     instr: bool,
     inplace: bool,
     reactor: bool,
+    sweep: bool,
+    plot: Option<PathBuf>,
+    from_bench: Option<PathBuf>,
+    json: Option<PathBuf>,
+    title: Option<String>,
+    out: Option<PathBuf>,
+    prefix: Option<String>,
     spin_us: Option<u64>,
     no_crc: bool,
     repeat: usize,
@@ -103,6 +139,13 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         instr: false,
         inplace: false,
         reactor: false,
+        sweep: false,
+        plot: None,
+        from_bench: None,
+        json: None,
+        title: None,
+        out: None,
+        prefix: None,
         spin_us: None,
         no_crc: false,
         repeat: 0,
@@ -120,6 +163,13 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--instr" => o.instr = true,
             "--inplace" => o.inplace = true,
             "--reactor" => o.reactor = true,
+            "--sweep" => o.sweep = true,
+            "--plot" => o.plot = Some(PathBuf::from(val(a)?)),
+            "--from-bench" => o.from_bench = Some(PathBuf::from(val(a)?)),
+            "--json" => o.json = Some(PathBuf::from(val(a)?)),
+            "--title" => o.title = Some(val(a)?),
+            "--out" => o.out = Some(PathBuf::from(val(a)?)),
+            "--prefix" => o.prefix = Some(val(a)?),
             "--no-crc" => o.no_crc = true,
             "--spin-us" => o.spin_us = Some(num(val(a)?)?),
             "--repeat" => repeat = Some(num(val(a)?)?.max(1) as usize),
@@ -1192,6 +1242,321 @@ fn inplace_bench(o: &Opts) -> ExitCode {
     }
 }
 
+/// The UTC time now, RFC 3339 (as `date` says it).
+fn utc_now() -> String {
+    Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Writes the JSON and draws the pictures; says on stderr what it wrote.
+fn write_sweep(
+    s: &sweep::Sweep,
+    json: Option<&std::path::Path>,
+    dir: &std::path::Path,
+    prefix: &str,
+) -> ExitCode {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("xiw-bench: {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    if let Some(json) = json {
+        if let Err(e) = std::fs::write(json, s.to_json() + "\n") {
+            eprintln!("xiw-bench: {}: {e}", json.display());
+            return ExitCode::FAILURE;
+        }
+        eprintln!("xiw-bench: wrote {}", json.display());
+    }
+    match plot::draw_all(s, dir, prefix) {
+        Ok(files) => {
+            for f in files {
+                eprintln!("xiw-bench: drew {}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xiw-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--sweep`: every size, xiw through perftest -a and the TCP floor.
+fn sweep_bench(o: &Opts) -> ExitCode {
+    use sweep::Point;
+    let started = Instant::now();
+    // perftest's -a runs every size with one count: the 8 MiB messages set
+    // the time (n x 16 MiB moved per direction over the sweep).
+    let (lat_n, bw_n) = if o.quick { (100, 200) } else { (500, 1000) };
+    const TIMEOUT: Duration = Duration::from_secs(900);
+    let sizes = sweep::perftest_sizes();
+    let mut env: Vec<(String, String)> = Vec::new();
+    if let Some(s) = o.spin_us {
+        env.push(("XIW_SPIN_US".into(), s.to_string()));
+    }
+    if o.no_crc {
+        env.push(("XIW_CRC".into(), "0".into()));
+    }
+    let (nproc, kernel, cpu) = machine();
+    let load0 = loadavg();
+    eprintln!(
+        "xiw-bench: bringing up xiw0 on lo under {}",
+        o.root.display()
+    );
+    let dev = harness::device_at(&o.root, "lo", "127.0.0.1");
+    // The floor pairs run through Bench as in the default run; of its
+    // options only the device tree's root matters here.
+    let mut b = Bench {
+        o: parse_opts(&[]).expect("defaults"),
+        dev,
+        exe: std::env::current_exe().expect("current_exe"),
+        env,
+        notes: Vec::new(),
+        acc: BTreeMap::new(),
+    };
+    b.o.root = o.root.clone();
+    let mut series = Vec::new();
+    let mut failed = Vec::new();
+
+    // The floor over every size on one connection.
+    let floor_sweep = |b: &mut Bench, mode: Mode, iters: usize, warmup: usize, key: &str| {
+        let plan: Vec<Spec> = sizes
+            .iter()
+            .map(|&size| Spec {
+                mode,
+                size: size as usize,
+                iters,
+                warmup,
+            })
+            .collect();
+        let p = harness::port();
+        let args = floor::plan_to_args(&plan);
+        let mut sa = vec!["floor-server".to_string(), p.to_string()];
+        sa.extend(args.iter().cloned());
+        let mut ca = vec![
+            "floor-client".to_string(),
+            "127.0.0.1".into(),
+            p.to_string(),
+        ];
+        ca.extend(args);
+        let pair = harness::run_pair(b.self_cmd(&sa), None, p, b.self_cmd(&ca), TIMEOUT);
+        let out = pair.client_out();
+        let points: Vec<Point> = out
+            .lines()
+            .filter(|l| l.starts_with("RESULT "))
+            .filter_map(|l| {
+                Some(Point {
+                    bytes: result_field(l, "size")? as u64,
+                    value: result_field(l, key)?,
+                })
+            })
+            .collect();
+        if !pair.ok() {
+            b.notes.push(format!(
+                "TCP floor {} sweep failed:\n{}",
+                mode.name(),
+                pair.dump()
+            ));
+        }
+        points
+    };
+
+    let mut t0 = Instant::now();
+    let mut lap = |what: &str, n: usize| {
+        eprintln!("  {what}: {n} sizes in {:.0} s", t0.elapsed().as_secs_f64());
+        t0 = Instant::now();
+    };
+    eprintln!("sweep: TCP ping-pong, busy-poll, {lat_n} round trips per size ...");
+    let p = floor_sweep(&mut b, Mode::LatSpin, lat_n, lat_n / 10, "typical_us");
+    lap("TCP ping-pong", p.len());
+    series.push(sweep::series("tcp", "lat-spin", p));
+    for tool in ["ib_write_lat", "ib_send_lat", "ib_read_lat"] {
+        eprintln!("sweep: {tool} -a -n {lat_n} ...");
+        let r = perftest::run_all(
+            &b.dev,
+            &b.env,
+            harness::port(),
+            tool,
+            lat_n,
+            Column::Typical,
+            TIMEOUT,
+        );
+        lap(tool, r.points.len());
+        b.notes.extend(r.note);
+        let pts = r
+            .points
+            .iter()
+            .map(|&(bytes, value)| Point { bytes, value })
+            .collect();
+        series.push(sweep::series("xiw-standalone", tool, pts));
+    }
+    eprintln!("sweep: TCP stream, {bw_n} messages per size ...");
+    let p = floor_sweep(&mut b, Mode::Bw, bw_n, 0, "bw_mibs");
+    lap("TCP stream", p.len());
+    series.push(sweep::series("tcp", "bw", p));
+    eprintln!("sweep: ib_write_bw -a -n {bw_n} ...");
+    let r = perftest::run_all(
+        &b.dev,
+        &b.env,
+        harness::port(),
+        "ib_write_bw",
+        bw_n,
+        Column::BwAverage,
+        TIMEOUT,
+    );
+    lap("ib_write_bw", r.points.len());
+    b.notes.extend(r.note);
+    let pts = r
+        .points
+        .iter()
+        .map(|&(bytes, value)| Point { bytes, value })
+        .collect();
+    series.push(sweep::series("xiw-standalone", "ib_write_bw", pts));
+    harness::device_down(&o.root);
+
+    for s in &mut series {
+        s.command = match s.command.as_str() {
+            c if c.ends_with("_bw -a") => format!("{c} -n {bw_n} -F, two processes on lo"),
+            c if c.ends_with(" -a") => format!("{c} -n {lat_n} -F, two processes on lo"),
+            c if c.ends_with(" bw") => {
+                format!("{c}: {bw_n} messages per size, one connection, reads of up to 1 MiB")
+            }
+            c => format!(
+                "{c}: {lat_n} round trips per size after {} of warm-up",
+                lat_n / 10
+            ),
+        };
+        if s.points.len() < sizes.len() {
+            failed.push(format!(
+                "{} ({} of {} sizes)",
+                s.name,
+                s.points.len(),
+                sizes.len()
+            ));
+        }
+    }
+    let knobs: Vec<String> = b
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain(
+            std::env::vars()
+                .filter(|(k, _)| k.starts_with("XIW_"))
+                .map(|(k, v)| format!("{k}={v} (inherited)")),
+        )
+        .collect();
+    let mut notes = vec![
+        format!(
+            "xiw in standalone mode on lo (xiw up under {}), every program two processes on this host; xiw knobs: {}",
+            o.root.display(),
+            if knobs.is_empty() { "the provider's defaults".to_string() } else { knobs.join(", ") }
+        ),
+        "ib_read_lat's t_typical is a full round trip; ib_write_lat's and ib_send_lat's, and the TCP ping-pong's, are half of one".into(),
+        format!("elapsed: {:.0} s", started.elapsed().as_secs_f64()),
+    ];
+    notes.extend(b.notes.iter().cloned());
+    let s = sweep::Sweep {
+        schema: sweep::SCHEMA.into(),
+        tool: format!("xiw-bench --sweep{}", if o.quick { " --quick" } else { "" }),
+        title: "xiw standalone beside TCP, loopback".into(),
+        machine: sweep::Machine {
+            cpus: nproc.parse().unwrap_or(0),
+            cpu,
+            kernel,
+            date: utc_now(),
+            xiw_version: env!("CARGO_PKG_VERSION").into(),
+            rdma_core: pkg_version("libibverbs1"),
+            perftest: pkg_version("perftest"),
+            load: format!("{load0} at start, {} at end", loadavg()),
+        },
+        sizes,
+        series,
+        notes,
+    };
+    let dir = o.out.clone().unwrap_or_else(|| PathBuf::from("."));
+    let prefix = o.prefix.clone().unwrap_or_else(|| "host".into());
+    let rc = write_sweep(&s, Some(&dir.join("sweep.json")), &dir, &prefix);
+    for n in &b.notes {
+        eprintln!("xiw-bench: {n}");
+    }
+    if !failed.is_empty() {
+        eprintln!(
+            "xiw-bench: could not measure every size: {}",
+            failed.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
+    rc
+}
+
+/// `--plot JSON`: the pictures of a sweep file.
+fn plot_cmd(o: &Opts) -> ExitCode {
+    let json = o.plot.as_deref().expect("--plot");
+    let s = match std::fs::read_to_string(json)
+        .map_err(|e| e.to_string())
+        .and_then(|t| sweep::Sweep::from_json(&t))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("xiw-bench: {}: {e}", json.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = o.out.clone().unwrap_or_else(|| {
+        json.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf())
+    });
+    let prefix = o.prefix.clone().unwrap_or_else(|| {
+        let stem = json
+            .file_stem()
+            .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+        match stem.strip_suffix("-sweep") {
+            Some(p) if !p.is_empty() => p.to_string(),
+            _ if stem == "sweep" => "host".to_string(),
+            _ => stem,
+        }
+    });
+    write_sweep(&s, None, &dir, &prefix)
+}
+
+/// `--from-bench LINES --json FILE`: the guest's BENCH lines as a sweep file.
+fn from_bench_cmd(o: &Opts) -> ExitCode {
+    let lines = o.from_bench.as_deref().expect("--from-bench");
+    let Some(json) = o.json.as_deref() else {
+        eprintln!("xiw-bench: --from-bench needs --json FILE");
+        return ExitCode::from(2);
+    };
+    let text = match std::fs::read_to_string(lines) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("xiw-bench: {}: {e}", lines.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let machine = sweep::Machine {
+        date: utc_now(),
+        xiw_version: env!("CARGO_PKG_VERSION").into(),
+        ..sweep::Machine::default()
+    };
+    let title = o.title.clone().unwrap_or_else(|| "sweep".into());
+    let s = sweep::Sweep::from_bench_lines(&text, "tests/vm/bench.sh --sweep", &title, machine);
+    if s.series.is_empty() {
+        eprintln!("xiw-bench: {}: no BENCH lines with sizes", lines.display());
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = std::fs::write(json, s.to_json() + "\n") {
+        eprintln!("xiw-bench: {}: {e}", json.display());
+        return ExitCode::FAILURE;
+    }
+    eprintln!("xiw-bench: wrote {}", json.display());
+    ExitCode::SUCCESS
+}
+
 fn sub(r: std::io::Result<String>) -> ExitCode {
     match r {
         Ok(line) => {
@@ -1209,18 +1574,20 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let port_of = |s: &String| s.parse::<u16>().unwrap_or(0);
     let spec = |a: &[String]| {
-        Spec::from_args(a).unwrap_or_else(|e| {
+        floor::plan_from_args(a).unwrap_or_else(|e| {
             eprintln!("xiw-bench: {e}");
             std::process::exit(2)
         })
     };
     match args.first().map(String::as_str) {
         Some("floor-server") if args.len() == 6 => {
-            sub(floor::server(port_of(&args[1]), spec(&args[2..])).map(|()| String::new()))
+            sub(floor::server(port_of(&args[1]), &spec(&args[2..])).map(|()| String::new()))
         }
-        Some("floor-client") if args.len() == 7 => {
-            sub(floor::client(&args[1], port_of(&args[2]), spec(&args[3..])))
-        }
+        Some("floor-client") if args.len() == 7 => sub(floor::client(
+            &args[1],
+            port_of(&args[2]),
+            &spec(&args[3..]),
+        )),
         Some("qpmem-server") if args.len() == 3 => {
             let n = args[2].parse().unwrap_or(1);
             sub(qpmem::run("xiw0", port_of(&args[1]), None, n))
@@ -1246,6 +1613,9 @@ fn main() -> ExitCode {
             Ok(o) if o.instr => instr_bench(&o),
             Ok(o) if o.inplace => inplace_bench(&o),
             Ok(o) if o.reactor => reactor_bench(),
+            Ok(o) if o.sweep => sweep_bench(&o),
+            Ok(o) if o.plot.is_some() => plot_cmd(&o),
+            Ok(o) if o.from_bench.is_some() => from_bench_cmd(&o),
             Ok(o) => bench(o),
             Err(e) => {
                 if !e.is_empty() {

@@ -5,6 +5,11 @@
 # (RoCE v2), with perftest's 2-byte latencies and 64 KiB and 1 MiB write
 # bandwidth, and the TCP floor (xiw-bench's ping-pong and stream, spinning
 # and blocking). Prints "BENCH DEVICE TEST VALUE" lines (µs or MB/s).
+# With XIW_BENCH_SWEEP=1 (tests/vm/bench.sh --sweep) it sweeps every size
+# from 2 B to 8 MiB instead: ib_write_lat -a and ib_write_bw -a (-R) on xiw
+# in kernel mode (its default CRC), siw and rxe, and the TCP floor (ping-pong
+# busy-poll, stream) at the same sizes, one "BENCH DEVICE TEST_SIZE VALUE"
+# line per size, and "BENCH info KEY TEXT" lines for the machine.
 # siw
 # modules: crc32c_generic libcrc32c crc32_generic udp_tunnel ip6_udp_tunnel rdma_rxe
 # needs: /usr/bin/ib_write_lat /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_bw
@@ -48,6 +53,79 @@ floor() {
         echo "BENCH tcp $1_$2 ${r:-failed}"
     done
 }
+
+# The sweep: every size of perftest's -a (2 B to 8 MiB, powers of two) with
+# few iterations, as TCG is slow (one boot stays within about 15 minutes).
+if [ "${XIW_BENCH_SWEEP:-0}" = 1 ]; then
+    NL=${XIW_BENCH_SWEEP_LAT_ITERS:-60}
+    NB=${XIW_BENCH_SWEEP_BW_ITERS:-60}
+    # A whole -a run may take minutes under TCG (lib.sh's pair).
+    pair_timeout=900
+    # siw counts its registrations against RLIMIT_MEMLOCK even for root, and
+    # -a registers two 8 MiB buffers.
+    ulimit -l unlimited
+    sizes=
+    k=1
+    while [ $k -le 23 ]; do
+        sizes="${sizes:+$sizes,}$((1 << k))"
+        k=$((k + 1))
+    done
+    echo "BENCH info kernel $(uname -r)"
+    echo "BENCH info cpus $(grep -c '^processor' /proc/cpuinfo)"
+    echo "BENCH info cpu $(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+    echo "BENCH info note iterations per size: latency $NL (ib_write_lat -a -n $NL -R, TCP ping-pong $NL after $((NL / 10)) of warm-up), bandwidth $NB (ib_write_bw -a -n $NB -R, TCP stream $NB messages)"
+    # sweep_floor MODE ITERS WARMUP KEY: one floor pair over every size.
+    sweep_floor() {
+        port=$((port + 1))
+        xiw-bench floor-server $port "$1" "$sizes" "$2" "$3" >/dev/null 2>&1 &
+        s=$!
+        wait_listen $port
+        timeout 900 xiw-bench floor-client 127.0.0.1 $port "$1" "$sizes" "$2" "$3" 2>/dev/null |
+            awk -v m="$1" -v k="$4" '/^RESULT/ {
+                v = ""; n = ""
+                for (i = 2; i <= NF; i++) {
+                    split($i, a, "=")
+                    if (a[1] == k) v = a[2]
+                    if (a[1] == "size") n = a[2]
+                }
+                if (n != "") print "BENCH tcp " m "_" n " " (v == "" ? "failed" : v)
+            }'
+        kill -9 $s 2>/dev/null
+        wait $s
+    }
+    # sweep_perf NAME DEVICE-ARGS ADDRESS: ib_write_lat -a and ib_write_bw -a.
+    sweep_perf() {
+        for t in "ib_write_lat -a -n $NL" "ib_write_bw -a -n $NB"; do
+            port=$((port + 1))
+            perftest_pair "$t $2 -p $port -F" "$t $2 -p $port -F $3" $port >/tmp/pair 2>&1 ||
+                sed 's/^/  /' /tmp/pair
+            set -- "$1" "$2" "$3" $t
+            case $4 in
+            *_lat) col=5 nf=9 ;;
+            *) col=4 nf=5 ;;
+            esac
+            got=$(awk -v c=$col -v nf=$nf -v name="$1" -v tool="$4" \
+                '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= nf { print "BENCH " name " " tool "_" $1 " " $c }' /tmp/client)
+            if [ -n "$got" ]; then
+                echo "$got"
+            else
+                echo "BENCH $1 $4_2 failed"
+            fi
+            set -- "$1" "$2" "$3"
+        done
+    }
+    sweep_floor lat-spin $NL $((NL / 10)) typical_us
+    sweep_floor bw $NB 0 bw_mibs
+    ip link add dummy1 type dummy && ip link set dummy1 up && ip addr add 10.77.1.1/24 dev dummy1
+    ip link add dummy2 type dummy && ip link set dummy2 up && ip addr add 10.77.2.1/24 dev dummy2
+    rdma link add xiw0 type xiw netdev dummy0
+    rdma link add siw0 type siw netdev dummy1
+    rdma link add rxe0 type rxe netdev dummy2
+    sweep_perf xiw-kernel "-d xiw0 -R" 10.77.0.1
+    sweep_perf siw "-d siw0 -R" 10.77.1.1
+    sweep_perf rxe "-d rxe0 -R" 10.77.2.1
+    exit 0
+fi
 
 floor
 

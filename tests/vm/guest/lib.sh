@@ -18,7 +18,8 @@ wait_listen() {
 
 # pair SERVER CLIENT [PORT [NETNS]]: runs the server command, then (once
 # something listens on TCP port PORT, in network namespace NETNS if given,
-# or after a second) the client command (120 s at most); the server is
+# or after a second) the client command (120 s at most, or $pair_timeout
+# seconds if set); the server is
 # killed if the client fails, so nothing hangs. Their output is left in
 # /tmp/server and /tmp/client. True if both exit 0.
 pair() {
@@ -30,7 +31,7 @@ pair() {
     else
         sleep 1
     fi
-    eval "timeout 120 $2" >/tmp/client 2>&1
+    eval "timeout ${pair_timeout:-120} $2" >/tmp/client 2>&1
     c=$?
     [ $c -eq 0 ] || kill $s 2>/dev/null
     wait $s
