@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# xiw.ko through DKMS, so that the module is rebuilt for every kernel the
-# host installs (needs the dkms package and the kernel's headers).
+# xiw.ko through DKMS from this checkout, so that the module is rebuilt for
+# every kernel the host installs (needs dkms and the kernel's headers). On
+# Debian and Ubuntu the xiw-dkms package (pkg/debs.sh) does this and more;
+# this script is for systems without it, and leaves a package's source alone.
 #
 #   bash pkg/dkms.sh add              source into /usr/src/xiw-VERSION, known to DKMS
 #   bash pkg/dkms.sh install [KVER]   add, build and install for KVER (default: running kernel)
@@ -26,6 +28,13 @@ command -v dkms >/dev/null || {
     echo "$0: dkms is not installed (apt-get install dkms)" >&2
     exit 1
 }
+
+# The package's files are dpkg's to change.
+if command -v dpkg >/dev/null && dpkg -S "$src/dkms.conf" >/dev/null 2>&1; then
+    echo "$0: $src belongs to the xiw-dkms package; use dkms directly" \
+        "(dkms build -m xiw -v $version -k KVER) or remove the package first" >&2
+    exit 1
+fi
 
 add() {
     # A fresh copy each time: an earlier one of the same version may be stale.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs every xiw test: installs missing Debian packages, builds, installs the
-# provider (pkg/install.sh), then runs the unit tests and the whole-program
-# tests (real libibverbs, rdma-core tools and perftest) one at a time, and
-# prints a summary. Must run as root. Exits non-zero if anything fails.
+# Runs every xiw test: installs missing Debian packages, builds, makes xiw's
+# Debian packages (pkg/debs.sh) and installs them on this host, then runs the
+# unit tests and the whole-program tests (real libibverbs, rdma-core tools and
+# perftest, the packages in clean chroots, the kernel module in a guest) one
+# at a time, and prints a summary. Must run as root. Exits non-zero if
+# anything fails.
 #
 # Extra arguments go to the test binaries (after `--`), e.g. a name filter:
 #   bash tests/run-all.sh perftest
@@ -31,8 +33,19 @@ cargo clippy --release --workspace --all-targets -- -D warnings
 phase "build (release, all targets)"
 cargo build --release --workspace --all-targets
 
-phase "install the provider"
-bash "$repo/pkg/install.sh"
+phase "Debian packages (pkg/debs.sh), installed on this host"
+bash "$repo/pkg/debs.sh" --no-build >/dev/null
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$repo/Cargo.toml" | head -n 1)
+# The tests run the installed xiw: one left in /usr/local by a from-source
+# install (pkg/install.sh) would come first in PATH.
+if [[ -e /usr/local/bin/xiw ]]; then
+    echo "xiw: removing the from-source install in /usr/local first" >&2
+    bash "$repo/pkg/install.sh" --uninstall >/dev/null 2>&1 || true
+fi
+# dpkg -i, not apt: it reinstalls a version already installed (every run
+# packages the tree anew); the packages' dependencies are in pkg/deps.sh.
+dpkg -i --force-confmiss "${CARGO_TARGET_DIR:-$repo/target}"/debian/{xiw,xiw-dbgsym,libxiwdv-dev}_"$version"_*.deb \
+    "${CARGO_TARGET_DIR:-$repo/target}/debian/xiw-dkms_${version}_all.deb" >&2
 
 # Debian 13's and unstable's rdma-core, for tests/tests/rdma_core.rs (made
 # once, then kept).

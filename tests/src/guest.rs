@@ -65,6 +65,78 @@ pub fn workspace_version() -> String {
         .to_owned()
 }
 
+/// The module's source as the xiw-dkms package installed it on this host
+/// (the test command installs the packages of this build): the package is
+/// installed at the workspace's version and owns /usr/src/xiw-VERSION,
+/// which DKMS knows. The version is returned, for `dkms build -m xiw -v`.
+pub fn dkms_package_source() -> String {
+    let version = workspace_version();
+    let installed = Command::new("dpkg-query")
+        .args(["-W", "-f=${Version} ${Status}", "xiw-dkms"])
+        .output()
+        .expect("running dpkg-query");
+    let installed = String::from_utf8_lossy(&installed.stdout).into_owned();
+    assert_eq!(
+        installed,
+        format!("{version} install ok installed"),
+        "xiw-dkms {version} is not installed here (bash pkg/debs.sh, then dpkg -i target/debian/*.deb)"
+    );
+    let conf = format!("/usr/src/xiw-{version}/dkms.conf");
+    let owner = Command::new("dpkg")
+        .args(["-S", &conf])
+        .output()
+        .expect("running dpkg -S");
+    assert!(
+        String::from_utf8_lossy(&owner.stdout).starts_with("xiw-dkms: "),
+        "{conf} is not xiw-dkms's: {}",
+        String::from_utf8_lossy(&owner.stderr)
+    );
+    let status = Command::new("dkms")
+        .args(["status", "-m", "xiw", "-v", &version])
+        .output()
+        .expect("running dkms status");
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains(&format!("xiw/{version}")),
+        "DKMS does not know xiw/{version} (dkms status: {})",
+        String::from_utf8_lossy(&status.stdout)
+    );
+    version
+}
+
+/// Takes the build for `kver` out of DKMS again, leaving the package's
+/// source added as its installation left it.
+pub fn dkms_unbuild(version: &str, kver: &str) {
+    let out = Command::new("dkms")
+        .args(["remove", "-m", "xiw", "-v", version, "-k", kver])
+        .output()
+        .expect("running dkms remove");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || text.contains("is not"),
+        "dkms remove -k {kver}: {text}"
+    );
+    if !String::from_utf8_lossy(
+        &Command::new("dkms")
+            .args(["status", "-m", "xiw", "-v", version])
+            .output()
+            .expect("running dkms status")
+            .stdout,
+    )
+    .contains(&format!("xiw/{version}"))
+    {
+        let add = Command::new("dkms")
+            .args(["add", "-m", "xiw", "-v", version])
+            .output()
+            .expect("running dkms add");
+        assert!(
+            add.status.success(),
+            "dkms add: {}",
+            String::from_utf8_lossy(&add.stderr)
+        );
+    }
+}
+
 /// Boots the guest with `script` (and the C test `programs` of `tests/c/`)
 /// and checks that every one of its checks passed. Debian 12's kernel.
 pub fn guest(script: &str, programs: &[&str]) -> String {

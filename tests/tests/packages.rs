@@ -71,7 +71,11 @@ fn earlier_debs() -> &'static Path {
 
 fn deb(name: &str) -> PathBuf {
     let v = workspace_version();
-    let arch = if name == "xiw-dkms" { "all".into() } else { arch() };
+    let arch = if name == "xiw-dkms" {
+        "all".into()
+    } else {
+        arch()
+    };
     debs().join(format!("{name}_{v}_{arch}.deb"))
 }
 
@@ -206,7 +210,11 @@ fn each_package_holds_its_files_and_the_binaries_are_the_build_stripped() {
             "{} is not stripped:\n{s}",
             packaged.display()
         );
-        let debug = dbg.join(format!("usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
+        let debug = dbg.join(format!(
+            "usr/lib/debug/.build-id/{}/{}.debug",
+            &id[..2],
+            &id[2..]
+        ));
         assert!(
             sections(&debug).contains(".debug_line"),
             "{} holds no line tables",

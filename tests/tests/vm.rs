@@ -22,8 +22,8 @@ use std::process::Command;
 use std::time::Duration;
 use xiw_tests::cprog;
 use xiw_tests::guest::{
-    bash, guest, guest_env, guest_on, guest_run, kernel_headers, kernel_root, repo,
-    workspace_version,
+    dkms_package_source, dkms_unbuild, guest, guest_env, guest_on, guest_run, kernel_headers,
+    kernel_root, repo,
 };
 use xiw_tests::harness::serial;
 
@@ -175,17 +175,37 @@ fn fio_libfabric_and_mpi_in_the_guest() {
     );
 }
 
-/// The module through DKMS (`pkg/dkms.sh`): DKMS builds it for Debian 12's
-/// kernel from the headers (a kernel not installed on this host), and the
-/// guest loads that very module (its srcversion) and runs the smoke test.
+/// The module from the xiw-dkms package: DKMS builds it from the source the
+/// package installed on this host, for Debian 12's kernel from its headers
+/// (a kernel not installed here), and the guest loads that very module (its
+/// srcversion) and runs the smoke test.
 #[test]
-fn the_module_builds_through_dkms_and_runs() {
+fn the_module_builds_from_the_dkms_package_and_runs() {
     let _g = serial();
     let (kver, headers) = kernel_headers();
-    let ko = bash(
-        "pkg/dkms.sh",
-        &["build".as_ref(), kver.as_ref(), headers.as_os_str()],
+    let version = dkms_package_source();
+    let out = Command::new("dkms")
+        .args([
+            "build",
+            "-m",
+            "xiw",
+            "-v",
+            &version,
+            "-k",
+            &kver,
+            "--kernelsourcedir",
+        ])
+        .arg(&headers)
+        .output()
+        .expect("running dkms build");
+    assert!(
+        out.status.success(),
+        "dkms build for {kver}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
+    let arch = std::env::consts::ARCH;
+    let ko = format!("/var/lib/dkms/xiw/{version}/{kver}/{arch}/module/xiw.ko");
     let info = |field: &str| {
         let o = Command::new("modinfo")
             .args(["-F", field, &ko])
@@ -203,7 +223,6 @@ fn the_module_builds_through_dkms_and_runs() {
         vermagic.starts_with(&format!("{kver} ")),
         "DKMS built for another kernel: {vermagic}"
     );
-    let version = workspace_version();
     assert_eq!(
         info("version"),
         version,
@@ -216,7 +235,7 @@ fn the_module_builds_through_dkms_and_runs() {
         console.contains(&format!("xiw srcversion {srcversion}")),
         "the guest did not load DKMS's module ({srcversion}):\n{console}"
     );
-    bash("pkg/dkms.sh", &["remove".as_ref()]);
+    dkms_unbuild(&version, &kver);
 }
 
 /// Standalone mode has no completion channels: a CQ with one is refused

@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use xiw_tests::guest::{bash, guest_on, kernel_headers, repo, workspace_version};
+use xiw_tests::guest::{bash, dkms_package_source, guest_on, kernel_headers, repo};
 use xiw_tests::harness::{last_line, notice, serial};
 
 /// The release (`uname -r`) of the kernel `tests/vm/kernel.sh` fetches for
@@ -166,7 +166,7 @@ fn the_module_build_refuses_kernels_below_6_1() {
     }
 }
 
-/// DKMS (Debian 12's, through `pkg/dkms.sh`'s dkms.conf) refuses to build
+/// DKMS (Debian 12's, with the xiw-dkms package's dkms.conf) refuses to build
 /// for a kernel below 6.1 (exit 77, its BUILD_EXCLUSIVE answer), and has no
 /// upper bound: for 6.1 and for kernels newer than any tested it goes on to
 /// look for their headers (here absent, so it fails there, not at the
@@ -175,8 +175,7 @@ fn the_module_build_refuses_kernels_below_6_1() {
 fn dkms_refuses_kernels_below_6_1_and_no_newer_ones() {
     let _g = serial();
     let (kver, headers) = kernel_headers();
-    bash("pkg/dkms.sh", &["add".as_ref()]);
-    let version = workspace_version();
+    let version = dkms_package_source();
     let build = |k: &str, dir: &Path| {
         let out = Command::new("dkms")
             .args([
@@ -222,7 +221,6 @@ fn dkms_refuses_kernels_below_6_1_and_no_newer_ones() {
             "dkms did not go on to look for {newer}'s headers (exit {code:?}):\n{text}"
         );
     }
-    bash("pkg/dkms.sh", &["remove".as_ref()]);
 }
 
 /// A fresh directory under /tmp.

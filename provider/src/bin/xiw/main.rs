@@ -347,8 +347,9 @@ const INSTALLED_DRIVER: &str = "/etc/libibverbs.d/xiw.driver";
 
 /// The provider library for `xiw exec` when none is named: `$XIW_PROVIDER`,
 /// else the one built or installed beside this program (`libxiw.so` in
-/// cargo's target directory, `../lib/xiw/`), else the installed one in
-/// libibverbs' provider directory.
+/// cargo's target directory, `../lib/xiw/`), else the one the installed
+/// driver file names by its path (an install under another prefix), else
+/// the installed one in libibverbs' provider directory.
 fn find_provider() -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(p) = std::env::var_os("XIW_PROVIDER") {
@@ -361,6 +362,19 @@ fn find_provider() -> Option<PathBuf> {
     {
         candidates.push(dir.join("libxiw.so"));
         candidates.push(dir.join("../lib/xiw/libxiw.so"));
+    }
+    // "driver /path/libxiw": libibverbs loads /path/libxiw-rdmavN.so.
+    if let Some(prefix) = fs::read_to_string(INSTALLED_DRIVER).ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.trim().strip_prefix("driver "))
+            .map(str::trim)
+            .filter(|p| p.starts_with('/'))
+            .map(str::to_owned)
+    }) {
+        let dir = Path::new(&prefix).parent().unwrap_or(Path::new("/"));
+        for name in exec::provider_names() {
+            candidates.push(dir.join(name));
+        }
     }
     for lib in [
         "/usr/lib/x86_64-linux-gnu",
