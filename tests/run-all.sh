@@ -26,6 +26,29 @@ xiw_ensure_cargo
 start=$(date +%s)
 # phase TEXT: the step's heading, with the seconds since the start.
 phase() { echo "== [$(($(date +%s) - start)) s] $*" >&2; }
+# What comes from Debian's archive, made while the build runs (it is mostly
+# waiting on the network), each made once and then kept: the chroots of
+# Debian 13 (trixie) and unstable (sid) with their rdma-core
+# (tests/tests/rdma_core.rs), the bare Debian 12 and 13 chroots the packages
+# are tested in (tests/tests/packages.rs), and Debian's guest kernels
+# (tests/vm/kernel.sh; a kernel not fetched here is fetched by its test).
+fetch_log=$(mktemp /tmp/xiw-fetch.XXXXXX.log)
+(
+    set -e
+    bash "$repo/pkg/chroot.sh" trixie >/dev/null
+    # Unstable is at times not installable for a day or two (a transition
+    # under way): the sid test then says so in the summary instead of failing
+    # the run.
+    bash "$repo/pkg/chroot.sh" sid >/dev/null || echo "xiw: no Debian unstable chroot today (see the sid test)"
+    bash "$repo/pkg/chroot.sh" --base bookworm >/dev/null
+    bash "$repo/pkg/chroot.sh" --base trixie >/dev/null
+    for k in bookworm bookworm-backports trixie sid; do
+        bash "$repo/tests/vm/kernel.sh" "$k" >/dev/null || echo "xiw: Debian's $k kernel was not fetched in advance"
+    done
+) >"$fetch_log" 2>&1 &
+fetch_pid=$!
+trap '[[ -z ${fetch_pid:-} ]] || kill -- "$fetch_pid" 2>/dev/null || true' EXIT
+
 phase "style: cargo fmt --check, cargo clippy -D warnings"
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
@@ -53,11 +76,15 @@ dpkg -i --force-confmiss "${CARGO_TARGET_DIR:-$repo/target}"/debian/{xiw,xiw-dbg
 XIW_NOTICES=$(mktemp /tmp/xiw-notices.XXXXXX)
 export XIW_NOTICES
 
-phase "chroots of Debian 13 (trixie) and unstable (sid) with their rdma-core"
-bash "$repo/pkg/chroot.sh" trixie >/dev/null
-# Unstable is at times not installable for a day or two (a transition under
-# way): the sid test then says so in the summary instead of failing the run.
-bash "$repo/pkg/chroot.sh" sid >/dev/null || echo "xiw: no Debian unstable chroot today (see the sid test)" >&2
+phase "waiting for the chroots and guest kernels (log: $fetch_log)"
+fetch_rc=0
+wait "$fetch_pid" || fetch_rc=$?
+fetch_pid=
+cat "$fetch_log" >&2
+if ((fetch_rc != 0)); then
+    echo "xiw: making the Debian 13 chroots failed (above)" >&2
+    exit "$fetch_rc"
+fi
 
 log=$(mktemp /tmp/xiw-tests.XXXXXX.log)
 phase "test (log: $log)"
