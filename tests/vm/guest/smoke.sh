@@ -1,7 +1,8 @@
 # Guest, on any kernel the module is built for (every Debian kernel's run
 # in tests/tests/vm_kernels.rs, and the module built by DKMS, use it): load,
-# device, a program with completion events, rping over rdma_cm, removal
-# (run.sh then fails the run on a warning or oops in the kernel's log).
+# device, a program with completion events, rping over rdma_cm, removal,
+# loading by `rdma link add` from the kernel's module tree (run.sh then
+# fails the run on a warning or oops in the kernel's log).
 # Prints "ok: ..." or "FAIL: ..." per check; exits with the failures.
 # needs: /usr/bin/rping
 . /lib.sh
@@ -19,4 +20,11 @@ check "rping -v -C 100 over rdma_cm, data verified" \
      grep -q 'ping data: rdma-ping-99: ' /tmp/client && grep -q 'rdma-ping-99: ' /tmp/server"
 check "rdma link delete xiw0" "rdma link delete xiw0"
 check "rmmod" "rmmod xiw"
+# As DKMS installs it: in the kernel's module tree, found by its alias.
+check "rdma link add ... type xiw loads the module (alias rdma-link-xiw)" \
+    "d=/lib/modules/\$(uname -r)/updates/dkms; mkdir -p \$d && cp /lib/modules/xiw.ko \$d/ &&
+     depmod && grep -q 'rdma.link.xiw' /lib/modules/\$(uname -r)/modules.alias &&
+     echo /bin/modprobe >/proc/sys/kernel/modprobe && [ ! -d /sys/module/xiw ] &&
+     rdma link add xiw0 type xiw netdev dummy0 && [ -d /sys/module/xiw ] &&
+     rdma link delete xiw0 && rmmod xiw"
 exit $fails
