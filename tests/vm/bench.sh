@@ -59,7 +59,7 @@ if [[ -n $sweep ]]; then
         echo "BENCH info note guest: Debian's kernel under qemu-system-x86_64 TCG (emulated, no KVM), -smp 2 -m 2048, both processes of every pair in the guest; host: $(nproc) CPUs ($cpu), Linux $(uname -r)"
     } >"$work/lines"
     "$bin/xiw-bench" --from-bench "$work/lines" --json "$sweep/guest-sweep.json" \
-        --title "Kernel mode in a qemu guest: xiw, siw, rxe, TCP"
+        --title "xiw kernel mode beside siw, rxe and TCP in a qemu guest"
     "$bin/xiw-bench" --plot "$sweep/guest-sweep.json" --out "$sweep" --prefix guest
     exit 0
 fi
