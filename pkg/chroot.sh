@@ -35,13 +35,19 @@ if ! command -v mmdebstrap >/dev/null 2>&1 && ! command -v debootstrap >/dev/nul
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y --no-install-recommends mmdebstrap >&2
 fi
-# bootstrap [PACKAGE,...]: a minbase system of $suite in $root.
+# bootstrap [PACKAGE,...]: a minbase system of $suite in $root. mmdebstrap
+# stops at any error of the archive's indices (unstable has them for hours
+# at a time); debootstrap, which reads them more leniently, then tries.
 bootstrap() {
     if command -v mmdebstrap >/dev/null 2>&1; then
-        mmdebstrap --quiet --mode=root --variant=minbase ${1:+--include="$1"} "$suite" "$root" >&2
-    else
-        debootstrap --variant=minbase ${1:+--include="$1"} "$suite" "$root" >&2
+        if mmdebstrap --quiet --mode=root --variant=minbase ${1:+--include="$1"} "$suite" "$root" >&2; then
+            return 0
+        fi
+        command -v debootstrap >/dev/null 2>&1 || return 1
+        echo "xiw: mmdebstrap failed; trying debootstrap" >&2
+        rm -rf "$root"
     fi
+    debootstrap --variant=minbase ${1:+--include="$1"} "$suite" "$root" >&2
 }
 rm -rf "$root"
 mkdir -p "$base"

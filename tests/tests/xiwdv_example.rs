@@ -155,20 +155,41 @@ fn link_names_resolve_to_the_installed_provider() {
     }
 }
 
+/// The installed man page `name` of section 3, plain or gzip-compressed (as
+/// Debian's packages install man pages): its path and its source text.
+fn installed_page(name: &str) -> (PathBuf, String) {
+    let plain = Path::new(MAN_DIR).join(name);
+    let gz = Path::new(MAN_DIR).join(format!("{name}.gz"));
+    if gz.exists() {
+        let out = run(Command::new("zcat").arg(&gz));
+        assert!(out.status.success(), "zcat {}: {}", gz.display(), text(&out.stderr));
+        (gz, text(&out.stdout))
+    } else {
+        let src = std::fs::read_to_string(&plain).unwrap_or_else(|e| {
+            panic!("{}: {e} (install the libxiwdv-dev package)", plain.display())
+        });
+        (plain, src)
+    }
+}
+
 /// groff renders the installed page, and every name under which it is
 /// installed, with all warnings on and none given; each function of the
 /// header has a page name and is described.
 #[test]
 fn man_page_renders_cleanly_under_every_function_name() {
-    let page = Path::new(MAN_DIR).join("xiwdv.3");
-    let src = std::fs::read_to_string(&page)
-        .unwrap_or_else(|e| panic!("{}: {e} (run pkg/install.sh)", page.display()));
+    let (page, src) = installed_page("xiwdv.3");
     let repo_page = std::fs::read_to_string(format!("{REPO}/xiwdv/man/xiwdv.3")).unwrap();
     assert!(
         src == repo_page,
         "{} differs from the repository's",
         page.display()
     );
+    // A link's name and target carry the same compression suffix.
+    let suffix = if page.extension().is_some_and(|e| e == "gz") {
+        ".gz"
+    } else {
+        ""
+    };
 
     let header =
         std::fs::read_to_string(format!("{REPO}/xiwdv/include/infiniband/xiwdv.h")).unwrap();
@@ -178,22 +199,34 @@ fn man_page_renders_cleanly_under_every_function_name() {
         "functions found in xiwdv.h: {functions:?}"
     );
 
-    let render = |p: &Path| -> String {
+    let render = |what: &Path, source: &str| -> String {
+        use std::io::Write;
         // -P-cbou: plain text, no bold or underlining to search through.
-        let out = run(Command::new("groff")
+        let mut child = Command::new("groff")
             .args(["-man", "-Tutf8", "-ww", "-P-cbou"])
-            .arg(p)
-            .env("LC_ALL", "C.UTF-8"));
+            .env("LC_ALL", "C.UTF-8")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running groff");
+        child
+            .stdin
+            .take()
+            .expect("groff's stdin")
+            .write_all(source.as_bytes())
+            .expect("writing to groff");
+        let out = child.wait_with_output().expect("waiting for groff");
         assert!(
             out.status.success() && out.stderr.is_empty(),
             "groff -man -ww {}: {:?}\n{}",
-            p.display(),
+            what.display(),
             out.status,
             text(&out.stderr)
         );
         text(&out.stdout)
     };
-    let rendered = render(&page);
+    let rendered = render(&page, &src);
     let name_section: String = src
         .split(".SH SYNOPSIS")
         .next()
@@ -205,14 +238,15 @@ fn man_page_renders_cleanly_under_every_function_name() {
             rendered.contains(&format!("{f}(")),
             "{f} is not described in xiwdv(3)"
         );
-        let alias = Path::new(MAN_DIR).join(format!("{f}.3"));
+        let alias = Path::new(MAN_DIR).join(format!("{f}.3{suffix}"));
         assert_eq!(
             std::fs::read_link(&alias).unwrap_or_else(|e| panic!("{}: {e}", alias.display())),
-            Path::new("xiwdv.3"),
+            Path::new(&format!("xiwdv.3{suffix}")),
             "{}",
             alias.display()
         );
-        assert_eq!(render(&alias), rendered, "{}", alias.display());
+        let (_, alias_src) = installed_page(&format!("{f}.3"));
+        assert_eq!(render(&alias, &alias_src), rendered, "{}", alias.display());
     }
     for section in [
         "SYNOPSIS",
@@ -229,7 +263,8 @@ fn man_page_renders_cleanly_under_every_function_name() {
             "no {section} section"
         );
     }
-    // man(1), when present, must agree (it adds its own preprocessing).
+    // man(1), when present, must agree (it adds its own preprocessing and
+    // reads compressed pages itself).
     if Command::new("man").arg("--version").output().is_ok() {
         let out = run(Command::new("man")
             .args(["--warnings", "-l"])

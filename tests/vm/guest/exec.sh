@@ -7,7 +7,7 @@
 # see the kernel's devices as before, and /dev is as it was after `xiw
 # down`.
 # Prints "ok: ..." or "FAIL: ..." per check; exits with the failures.
-# needs: /usr/local/bin/xiw /usr/bin/ib_write_lat /usr/bin/setpriv
+# needs: /usr/bin/xiw /usr/bin/ib_write_lat /usr/bin/setpriv
 . /lib.sh
 
 check "rdma link add xk0 type xiw netdev dummy0 (kernel mode)" \
