@@ -162,11 +162,19 @@ fn installed_page(name: &str) -> (PathBuf, String) {
     let gz = Path::new(MAN_DIR).join(format!("{name}.gz"));
     if gz.exists() {
         let out = run(Command::new("zcat").arg(&gz));
-        assert!(out.status.success(), "zcat {}: {}", gz.display(), text(&out.stderr));
+        assert!(
+            out.status.success(),
+            "zcat {}: {}",
+            gz.display(),
+            text(&out.stderr)
+        );
         (gz, text(&out.stdout))
     } else {
         let src = std::fs::read_to_string(&plain).unwrap_or_else(|e| {
-            panic!("{}: {e} (install the libxiwdv-dev package)", plain.display())
+            panic!(
+                "{}: {e} (install the libxiwdv-dev package)",
+                plain.display()
+            )
         });
         (plain, src)
     }
