@@ -103,6 +103,25 @@ pub fn dkms_package_source() -> String {
     version
 }
 
+/// `dkms build` of the package's source `version` for `kver`, against the
+/// kernel headers in `dir` (a kernel not installed here).
+pub fn dkms_build(version: &str, kver: &str, dir: &Path) -> std::process::Output {
+    Command::new("dkms")
+        .args([
+            "build",
+            "-m",
+            "xiw",
+            "-v",
+            version,
+            "-k",
+            kver,
+            "--kernelsourcedir",
+        ])
+        .arg(dir)
+        .output()
+        .expect("running dkms build")
+}
+
 /// Takes the build for `kver` out of DKMS again, leaving the package's
 /// source added as its installation left it.
 pub fn dkms_unbuild(version: &str, kver: &str) {

@@ -22,8 +22,8 @@ use std::process::Command;
 use std::time::Duration;
 use xiw_tests::cprog;
 use xiw_tests::guest::{
-    dkms_package_source, dkms_unbuild, guest, guest_env, guest_on, guest_run, kernel_headers,
-    kernel_root, repo,
+    dkms_build, dkms_package_source, dkms_unbuild, guest, guest_env, guest_on, guest_run,
+    kernel_headers, kernel_root, repo,
 };
 use xiw_tests::harness::serial;
 
@@ -184,20 +184,7 @@ fn the_module_builds_from_the_dkms_package_and_runs() {
     let _g = serial();
     let (kver, headers) = kernel_headers();
     let version = dkms_package_source();
-    let out = Command::new("dkms")
-        .args([
-            "build",
-            "-m",
-            "xiw",
-            "-v",
-            &version,
-            "-k",
-            &kver,
-            "--kernelsourcedir",
-        ])
-        .arg(&headers)
-        .output()
-        .expect("running dkms build");
+    let out = dkms_build(&version, &kver, &headers);
     assert!(
         out.status.success(),
         "dkms build for {kver}:\n{}{}",

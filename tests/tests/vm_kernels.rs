@@ -16,7 +16,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use xiw_tests::guest::{bash, dkms_package_source, guest_on, kernel_headers, repo};
+use xiw_tests::guest::{bash, dkms_build, dkms_package_source, guest_on, kernel_headers, repo};
 use xiw_tests::harness::{last_line, notice, serial};
 
 /// The release (`uname -r`) of the kernel `tests/vm/kernel.sh` fetches for
@@ -177,20 +177,7 @@ fn dkms_refuses_kernels_below_6_1_and_no_newer_ones() {
     let (kver, headers) = kernel_headers();
     let version = dkms_package_source();
     let build = |k: &str, dir: &Path| {
-        let out = Command::new("dkms")
-            .args([
-                "build",
-                "-m",
-                "xiw",
-                "-v",
-                &version,
-                "-k",
-                k,
-                "--kernelsourcedir",
-            ])
-            .arg(dir)
-            .output()
-            .expect("running dkms");
+        let out = dkms_build(&version, k, dir);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
