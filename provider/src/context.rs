@@ -1,20 +1,21 @@
 //! Per-device-context state shared by the verbs and the progress thread.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, RwLock, Weak};
+use std::sync::{mpsc, Arc, Weak};
 use std::time::{Duration, Instant};
 
 use xiw_abi::verbs::*;
 
 use xiw_engine::queue1::Inbound;
 
-use crate::devinfo::DeviceInfo;
 use crate::kernel::EventObject;
 use crate::mem::MrTable;
-use crate::sock::Request;
+use crate::sysfs_tree::DeviceInfo;
+use crate::tcp::Request;
 
 /// What the progress thread and the media worker ask of a QP, which the
 /// context knows by number only.
@@ -178,7 +179,7 @@ pub struct Shared {
     /// and for stream events while the progress thread sleeps.
     kernel_cm: Option<OwnedFd>,
     /// Kernel mode: the events page the module marks the QPs' streams in.
-    pub stream_events: Option<crate::streamev::StreamEvents>,
+    pub stream_events: Option<crate::events_page::StreamEvents>,
     /// Its slots in use, and the QP of each.
     ev_slots: RwLock<HashMap<u32, u32>>,
     /// The highest slot of the events page a QP of this context was given.
@@ -188,7 +189,7 @@ pub struct Shared {
     qps: RwLock<HashMap<u32, Arc<dyn Endpoint>>>,
     pub epfd: OwnedFd,
     pub kick: OwnedFd,
-    pub events: crate::events::Events,
+    pub events: crate::async_event::Events,
     /// Where diagnostics go (libibverbs' log of this context, or stderr).
     pub log: crate::log::Target,
     pub shutdown: AtomicBool,
@@ -230,7 +231,7 @@ struct MediaJob {
 /// Hands a Flush to persistence or a Verify of `qpn` to the context's media
 /// worker, which answers through [`Endpoint::media`].
 pub fn submit_media(sh: &Arc<Shared>, qpn: u32, ticket: u64, req: Inbound) {
-    let mut m = sh.media.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = sh.media.lock();
     if m.is_none() {
         let (jobs, rx) = mpsc::channel::<MediaJob>();
         let weak = Arc::downgrade(sh);
@@ -265,7 +266,7 @@ fn media_worker(sh: Weak<Shared>, jobs: mpsc::Receiver<MediaJob>) {
 impl Shared {
     /// Returns the state and the read end of the async-event socket.
     pub fn new(dev: DeviceInfo, cfg: Config) -> io::Result<(Shared, OwnedFd)> {
-        let (events, async_r) = crate::events::Events::new()?;
+        let (events, async_r) = crate::async_event::Events::new()?;
         // SAFETY: plain syscalls returning new descriptors.
         let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epfd < 0 {
@@ -343,26 +344,17 @@ impl Shared {
     }
 
     pub fn qp(&self, qpn: u32) -> Option<Arc<dyn Endpoint>> {
-        self.qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&qpn)
-            .cloned()
+        self.qps.read().get(&qpn).cloned()
     }
 
     pub fn qp_count(&self) -> usize {
-        self.qps.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.qps.read().len()
     }
 
     /// Some QP of protection domain `pd` exists.
     /// How many QPs protection domain `pd` has.
     pub fn pd_qp_count(&self, pd: u32) -> usize {
-        self.qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .filter(|q| q.pd() == pd)
-            .count()
+        self.qps.read().values().filter(|q| q.pd() == pd).count()
     }
 
     pub fn pd_has_qps(&self, pd: u32) -> bool {
@@ -371,38 +363,23 @@ impl Shared {
 
     /// Trims idle QPs' buffers; true while some QP still holds large ones.
     pub fn trim(&self) -> bool {
-        let qps: Vec<Arc<dyn Endpoint>> = self
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let qps: Vec<Arc<dyn Endpoint>> = self.qps.read().values().cloned().collect();
         qps.iter().fold(false, |big, qp| qp.trim() | big)
     }
 
     /// Makes a new QP reachable by number.
     pub fn register_qp(&self, qpn: u32, qp: Arc<dyn Endpoint>) {
-        self.qps
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(qpn, qp);
+        self.qps.write().insert(qpn, qp);
     }
 
     /// Kernel mode: QP `qpn` has `slot` in the events page.
     pub fn register_ev_slot(&self, slot: u32, qpn: u32) {
         self.last_ev_slot.fetch_max(slot, Ordering::AcqRel);
-        self.ev_slots
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(slot, qpn);
+        self.ev_slots.write().insert(slot, qpn);
     }
 
     pub fn unregister_ev_slot(&self, slot: u32) {
-        self.ev_slots
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&slot);
+        self.ev_slots.write().remove(&slot);
     }
 
     /// Kernel mode: carries out what the module marked on the QPs' streams
@@ -435,12 +412,7 @@ impl Shared {
         let mut slots: smallvec::SmallVec<[u32; 8]> = smallvec::SmallVec::new();
         ev.drain(self.last_ev_slot.load(Ordering::Acquire), |s| slots.push(s));
         for s in slots {
-            let qpn = self
-                .ev_slots
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&s)
-                .copied();
+            let qpn = self.ev_slots.read().get(&s).copied();
             let Some(qp) = qpn.and_then(|q| self.qp(q)) else {
                 // A slot of a QP that is gone: what was marked is stale.
                 ev.take(s);
@@ -469,15 +441,12 @@ impl Shared {
     }
 
     pub fn unregister_qp(&self, qpn: u32) {
-        self.qps
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&qpn);
+        self.qps.write().remove(&qpn);
     }
 
     /// A free QP number: `port << 8 | index` on one of this context's listeners.
     pub fn alloc_qpn(&self) -> io::Result<u32> {
-        let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ports = self.ports.lock();
         // As many QPs as the device reports (max_qp), and no more.
         if ports.iter().map(|s| s.count).sum::<u32>() >= xiw_abi::limits::MAX_QP {
             return Err(io::Error::from_raw_os_error(libc::ENOMEM));
@@ -490,7 +459,7 @@ impl Shared {
             slot.count += 1;
             return Ok((slot.port as u32) << 8 | i as u32);
         }
-        let (fd, port) = crate::sock::listen(self.dev.addr)?;
+        let (fd, port) = crate::tcp::listen(self.dev.addr)?;
         self.epoll(
             libc::EPOLL_CTL_ADD,
             fd.as_raw_fd(),
@@ -507,7 +476,7 @@ impl Shared {
     }
 
     pub fn free_qpn(&self, qpn: u32) {
-        let mut ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ports = self.ports.lock();
         let Some(k) = ports.iter().position(|s| s.port as u32 == qpn >> 8) else {
             return;
         };
@@ -528,9 +497,9 @@ impl Shared {
         // Accepted under the lock: the listener cannot be closed (its port's
         // last QP freed) and its descriptor reused meanwhile.
         let accepted: Vec<OwnedFd> = {
-            let ports = self.ports.lock().unwrap_or_else(|e| e.into_inner());
+            let ports = self.ports.lock();
             match ports.iter().find(|s| s.port == port) {
-                Some(s) => std::iter::from_fn(|| crate::sock::accept(&s.fd)).collect(),
+                Some(s) => std::iter::from_fn(|| crate::tcp::accept(&s.fd)).collect(),
                 None => return,
             }
         };
@@ -550,10 +519,7 @@ impl Shared {
                     reader: Default::default(),
                     since: Instant::now(),
                 };
-                self.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, p);
+                self.pending.lock().insert(id, p);
             }
         }
     }
@@ -601,22 +567,14 @@ impl Shared {
     }
 
     pub fn on_pending(&self, id: u64) {
-        let mut p = match self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id)
-        {
+        let mut p = match self.pending.lock().remove(&id) {
             Some(p) => p,
             None => return,
         };
-        let frame = match crate::sock::read_frame(p.fd.as_raw_fd(), &mut p.reader) {
+        let frame = match crate::tcp::read_frame(p.fd.as_raw_fd(), &mut p.reader) {
             Ok(Some(f)) => f,
             Ok(None) => {
-                self.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(id, p);
+                self.pending.lock().insert(id, p);
                 return;
             }
             Err(_) => {
@@ -624,11 +582,11 @@ impl Shared {
                 return;
             }
         };
-        let req = crate::sock::parse_request(&frame);
+        let req = crate::tcp::parse_request(&frame);
         match req.and_then(|r| Some((self.qp(r.target)?, r))) {
             Some((qp, req)) => qp.adopt(p.fd, req),
             None => {
-                crate::sock::send_reject(p.fd.as_raw_fd());
+                crate::tcp::send_reject(p.fd.as_raw_fd());
                 self.unwatch(p.fd.as_raw_fd());
             }
         }
@@ -651,10 +609,7 @@ impl Shared {
             )
             .is_ok()
         {
-            self.closing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id, (fd, Instant::now()));
+            self.closing.lock().insert(id, (fd, Instant::now()));
             self.wake();
         }
     }
@@ -672,12 +627,7 @@ impl Shared {
         let mut seen = self.drained.load(Ordering::Relaxed);
         let mut quiet_since = start;
         loop {
-            if self
-                .closing
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
-            {
+            if self.closing.lock().is_empty() {
                 return;
             }
             let now = self.drained.load(Ordering::Relaxed);
@@ -694,7 +644,7 @@ impl Shared {
 
     /// A closing stream is readable: discard, and close on the peer's FIN.
     pub fn on_closing(&self, id: u64) {
-        let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut closing = self.closing.lock();
         let Some((fd, _)) = closing.get(&id) else {
             return;
         };
@@ -702,7 +652,7 @@ impl Shared {
         let done = loop {
             // SAFETY: reading into a local buffer from our own socket.
             let n = unsafe {
-                crate::sock::recv_raw(
+                crate::sys::recv_raw(
                     fd.as_raw_fd(),
                     sink.as_mut_ptr(),
                     sink.len(),
@@ -724,7 +674,7 @@ impl Shared {
 
     /// Drops accepted connections that never sent a Request; true if any remain.
     pub fn expire_pending(&self) -> bool {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = self.pending.lock();
         pending.retain(|_, p| {
             let keep = p.since.elapsed() < PENDING_TIMEOUT;
             if !keep {
@@ -732,7 +682,7 @@ impl Shared {
             }
             keep
         });
-        let mut closing = self.closing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut closing = self.closing.lock();
         closing.retain(|_, (fd, since)| {
             let keep = since.elapsed() < CLOSE_TIMEOUT;
             if !keep {
@@ -744,7 +694,7 @@ impl Shared {
     }
 
     pub fn set_handle(&self, id: u32, handle: usize) {
-        let mut h = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.handles.lock();
         if handle == 0 {
             h.remove(&id);
         } else {
@@ -795,16 +745,13 @@ impl Shared {
 
     /// Queues `qpn` for [`Endpoint::apply_deferred`] on the progress thread.
     pub fn defer_fail(&self, qpn: u32) {
-        self.failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(qpn);
+        self.failed.lock().push(qpn);
         self.wake();
     }
 
     /// Applies every deferred failure; called by the progress thread, no locks held.
     pub fn apply_deferred(&self) {
-        let failed = std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()));
+        let failed = std::mem::take(&mut *self.failed.lock());
         for qpn in failed {
             if let Some(qp) = self.qp(qpn) {
                 qp.apply_deferred();
@@ -827,21 +774,18 @@ impl Shared {
     /// Runs [`Endpoint::tick`] of QP `qpn` from now on, until it says no more.
     pub fn add_timer(&self, qpn: u32) {
         if let Some(arc) = self.qp(qpn) {
-            self.timers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Arc::downgrade(&arc));
+            self.timers.lock().push(Arc::downgrade(&arc));
             self.has_timers.store(true, Ordering::Release);
             self.wake();
         }
     }
 
     pub fn take_timers(&self) -> Vec<Weak<dyn Endpoint>> {
-        std::mem::take(&mut *self.timers.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.timers.lock())
     }
 
     pub fn keep_timers(&self, keep: Vec<Weak<dyn Endpoint>>) {
-        let mut t = self.timers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = self.timers.lock();
         t.extend(keep);
         self.has_timers.store(!t.is_empty(), Ordering::Release);
     }
@@ -883,12 +827,7 @@ impl Shared {
 
     /// The application handle of CQ or SRQ `id` (0 once destroyed).
     fn handle(&self, id: u32) -> usize {
-        self.handles
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .copied()
-            .unwrap_or(0)
+        self.handles.lock().get(&id).copied().unwrap_or(0)
     }
 
     /// Records the CPU the calling application thread runs on (see
@@ -916,7 +855,7 @@ impl Shared {
 
     /// Stops the media worker (at context close), after its current job.
     pub fn stop_media(&self) {
-        let w = self.media.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let w = self.media.lock().take();
         if let Some(w) = w {
             drop(w.jobs);
             let _ = w.thread.join();

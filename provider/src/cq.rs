@@ -1,7 +1,8 @@
 //! Completion queues: a ring of [`Cqe`] filled by the engine, drained by `poll_cq`.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::lock_api::RawMutex as _;
 
@@ -246,7 +247,7 @@ impl Cq {
     pub fn attach<A: Assist + 'static>(&self, qp: &Arc<A>) {
         let qp: Weak<A> = Arc::downgrade(qp);
         let qp: Weak<dyn Assist> = qp;
-        let mut qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+        let mut qps = self.qps.lock();
         qps.retain(|w| w.strong_count() > 0);
         qps.push(qp);
     }
@@ -255,7 +256,7 @@ impl Cq {
     /// it may count on the application's polling to notice its stream.
     pub fn app_waits(&self) {
         let qps: Vec<_> = {
-            let qps = self.qps.lock().unwrap_or_else(|e| e.into_inner());
+            let qps = self.qps.lock();
             qps.iter().filter_map(|q| q.upgrade()).collect()
         };
         for q in qps {
@@ -267,7 +268,9 @@ impl Cq {
     /// the data-path work of one of the CQ's QPs (round-robin).
     pub fn assist(&self) {
         let qp = {
-            let Ok(qps) = self.qps.try_lock() else { return };
+            let Some(qps) = self.qps.try_lock() else {
+                return;
+            };
             if qps.is_empty() {
                 return;
             }

@@ -12,7 +12,7 @@ use xiw_abi::ring::{op, SendWqe};
 use xiw_abi::verbs::*;
 
 use crate::persist::Hash;
-use crate::tx;
+use crate::qp::tx;
 use crate::verbs::{begin_dv, fail_batch, flush_flags, flush_wqe, guard, set_errno, shared};
 
 /// `enum xiwdv_mr_attr_mask`.
@@ -65,7 +65,7 @@ unsafe fn ours(ctx: *mut ibv_context) -> bool {
     // every device through a provider's alloc_device), whose first member it is.
     unsafe {
         let dev = (*ctx).device as *const verbs_device;
-        !dev.is_null() && (*dev).ops == crate::device::device_ops()
+        !dev.is_null() && (*dev).ops == crate::registration::device_ops()
     }
 }
 

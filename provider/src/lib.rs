@@ -1,37 +1,35 @@
 //! xiw: a software iWARP RNIC as an rdma-core (libibverbs) provider.
 //!
-//! The file names follow the RNIC's parts: `cm` (connection and MPA), `qp` and
-//! `qpstate` (queue pairs), `tx` and `rx` (the data path), `mem` (STags), `cq`,
-//! `srq`, `verbs` (the C surface), `dv` (the direct verbs of xiwdv.h), `persist`
-//! (the medium behind flushable memory), `device` (registration), `wire` (codecs).
+//! The file names follow the RNIC's parts: `qp/` (a queue pair: its state
+//! machine, connection setup, receive, transmit and the responder), `mem`
+//! (STags), `cq`, `srq`, `verbs` (the C surface), `dv` (the direct verbs of
+//! xiwdv.h), `persist` (the medium behind flushable memory), `registration`
+//! (the provider's registration with libibverbs), `wire` (codecs).
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod cm;
+pub mod async_event;
 pub mod context;
 pub mod cq;
 pub mod crc;
-pub mod device;
-pub mod devinfo;
 pub mod dv;
-pub mod events;
-pub mod ibv;
+pub mod events_page;
 pub mod kernel;
-pub mod libibverbs;
 pub mod log;
 pub mod maps;
 pub mod mem;
 pub mod netdev;
 pub mod odp;
 pub mod persist;
+mod private_data;
 pub mod progress;
 pub mod qp;
-pub mod qpcore;
-pub mod qpstate;
 pub mod queue;
-pub mod rx;
-mod sock;
+pub mod rdma_core;
+pub mod registration;
 pub mod srq;
-pub mod streamev;
-pub mod tx;
+pub mod sys;
+pub mod sysfs_tree;
+mod tcp;
 pub mod verbs;
+pub mod verbs_status;
 pub use xiw_engine::wire;

@@ -57,7 +57,7 @@ fn emit(sh: &Target, level: u32, args: fmt::Arguments) {
     let Ok(msg) = CString::new(format!("xiw: {}: {}\n", sh.ibdev, args)) else {
         return;
     };
-    let Some(lib) = crate::libibverbs::private() else {
+    let Some(lib) = crate::rdma_core::private() else {
         return;
     };
     // SAFETY: `vctx` is the live context that owns `sh`; the format takes one C string.

@@ -10,8 +10,8 @@
 //! The memory of an on-demand paging MR is only ever copied through the
 //! kernel ([`crate::odp`]): it may not be mapped.
 
+use parking_lot::{RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard};
 
 use crate::persist::{Hash, Media};
 
@@ -260,7 +260,7 @@ impl MrTable {
 
     /// As [`MrTable::register`], with the flush/verify attributes of the MR.
     pub fn register_ext(&self, spec: MrSpec) -> u32 {
-        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.slots.write();
         let index = match s.free.pop() {
             Some(i) => i,
             None => {
@@ -284,7 +284,7 @@ impl MrTable {
 
     /// What the MR `stag` is registered as now; None if `stag` names no MR.
     pub fn view(&self, stag: u32) -> Option<MrView> {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let s = self.slots.read();
         lookup(&s, stag).ok().map(Mr::view)
     }
 
@@ -295,7 +295,7 @@ impl MrTable {
     /// no access is in flight across the change. A Local Invalidate done
     /// before is undone. None if `stag` names no MR.
     pub fn replace(&self, stag: u32, was: &MrView, spec: MrSpec) -> Option<bool> {
-        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.slots.write();
         if lookup(&s, stag).ok()?.view() != *was {
             return Some(false);
         }
@@ -308,7 +308,7 @@ impl MrTable {
     /// lock). `EINVAL` if `stag` names no region, `EBUSY` while windows are
     /// bound to it.
     pub fn deregister(&self, stag: u32) -> Result<(), i32> {
-        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.slots.write();
         let mr = lookup(&s, stag).map_err(|_| libc::EINVAL)?;
         if mr.window.is_some() {
             return Err(libc::EINVAL);
@@ -349,7 +349,7 @@ impl MrTable {
         remote: Option<&mut dyn FnMut() -> bool>,
     ) -> Result<(), AccessError> {
         let window = {
-            let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+            let s = self.slots.read();
             let mr = lookup(&s, stag)?;
             if mr.pd != by.pd {
                 return Err(AccessError::WrongPd);
@@ -367,7 +367,7 @@ impl MrTable {
             }
             mr.window
         };
-        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.slots.write();
         let index = s.slot_of(stag);
         match lookup(&s, stag)?.window {
             Some(w) if Some(w) == window && w.kind == 2 => {
@@ -407,7 +407,7 @@ impl MrTable {
     /// a type 2 window's key changes with each bind), unbinding it; false if
     /// there is none.
     pub fn free_window(&self, index: u32) -> bool {
-        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.slots.write();
         let index = s.slot_of(index << 8);
         if !matches!(s.mrs.get(index), Some(Some(m)) if m.window.is_some()) {
             return false;
@@ -435,7 +435,7 @@ impl MrTable {
             len,
             access,
         } = bind;
-        let mut s = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.slots.write();
         let index = s.slot_of(stag);
         let w = match s.mrs.get(index) {
             Some(Some(w)) => w,
@@ -699,26 +699,24 @@ impl MrTable {
     /// Runs `f` with the table held for reading: memory [`Reader::mem`]
     /// resolves stays registered until `f` returns (deregistration waits).
     pub fn with_reader<R>(&self, f: impl FnOnce(&Reader<'_>) -> R) -> R {
-        f(&Reader(
-            self.slots.read().unwrap_or_else(|e| e.into_inner()),
-        ))
+        f(&Reader(self.slots.read()))
     }
 
     /// Whether the stream may be read straight into the memory of `stag`
     /// ([`Reader::mem`]): not for an on-demand paging MR.
     pub fn in_place(&self, stag: u32) -> bool {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let s = self.slots.read();
         lookup(&s, stag).is_ok_and(|m| !m.odp())
     }
 
     pub fn access_of(&self, stag: u32) -> Option<u32> {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let s = self.slots.read();
         lookup(&s, stag).ok().map(|m| m.access)
     }
 
     /// Regions and windows of protection domain `pd`.
     pub fn count_for_pd(&self, pd: u32) -> usize {
-        let s = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        let s = self.slots.read();
         s.mrs.iter().flatten().filter(|m| m.pd == pd).count()
     }
 }

@@ -1,7 +1,7 @@
 //! Shared receive queues.
 
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 
 use xiw_abi::ring::*;
 
@@ -46,13 +46,13 @@ impl Srq {
         &self,
         wrs: impl Iterator<Item = (u64, &'a [Sge])>,
     ) -> Result<(), (usize, i32)> {
-        let _g = self.post.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.post.lock();
         post_recv_ring(&self.ring, self.max_sge, wrs)
     }
 
     /// Takes the next receive WQE; the second value is true when the SRQ limit fired.
     pub fn take(&self) -> Option<(RecvJob, bool)> {
-        let _g = self.take.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = self.take.lock();
         let job = take_recv_ring(&self.ring)?;
         let limit = self.limit.load(Ordering::Acquire);
         let fired = limit != 0

@@ -193,7 +193,7 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
                     // acknowledged first, as ibv_destroy_cq(3) says.
                     // SAFETY: cq is ours; libibverbs set up its counters.
                     unsafe {
-                        crate::events::Acks {
+                        crate::async_event::Acks {
                             mutex: ptr::addr_of_mut!((*cq).mutex) as *mut libc::pthread_mutex_t,
                             cond: ptr::addr_of_mut!((*cq).cond) as *mut libc::pthread_cond_t,
                             completed: ptr::addr_of!((*cq).comp_events_completed),

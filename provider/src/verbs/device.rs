@@ -111,7 +111,7 @@ pub(super) unsafe extern "C" fn query_port(
         let a = ibv_port_attr {
             state: if up { IBV_PORT_ACTIVE } else { IBV_PORT_DOWN },
             max_mtu: IBV_MTU_4096,
-            active_mtu: devinfo::ibv_mtu_for(sh.dev.mtu) as ibv_mtu,
+            active_mtu: sysfs_tree::ibv_mtu_for(sh.dev.mtu) as ibv_mtu,
             gid_tbl_len: 1,
             max_msg_sz: MAX_MSG_SZ,
             pkey_tbl_len: 1,

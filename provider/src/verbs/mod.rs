@@ -3,13 +3,14 @@
 //! Each entry checks its pointers, converts, calls safe Rust and maps errors to
 //! errno; a panic is caught here and never crosses into C.
 
+use parking_lot::{Condvar, Mutex};
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::mem::{size_of, ManuallyDrop};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::ThreadId;
 
 use xiw_abi::driver::*;
@@ -18,12 +19,12 @@ use xiw_abi::verbs::*;
 
 use crate::context::Shared;
 use crate::cq::Cq;
-use crate::devinfo;
 use crate::mem;
 use crate::mem::NEED_NONE;
+use crate::qp::core::QpCore;
 use crate::qp::{Caps, InlineBytes, Qp, SendBody, SgeList};
-use crate::qpcore::QpCore;
 use crate::srq::Srq;
+use crate::sysfs_tree;
 
 pub use xiw_abi::limits::{
     MAX_CQE, MAX_MR, MAX_MSG_SZ, MAX_PD, MAX_QP, MAX_SRQ, VENDOR_ID, VENDOR_PART_ID,
@@ -209,16 +210,16 @@ unsafe fn srq_of<'a>(srq: *mut ibv_srq) -> &'a XiwSrq {
 trait EventTarget {
     /// # Safety
     /// `obj` is a live object of this provider.
-    unsafe fn acks(obj: *mut Self) -> crate::events::Acks;
+    unsafe fn acks(obj: *mut Self) -> crate::async_event::Acks;
 }
 
 macro_rules! event_target {
     ($ty:ty, $counter:ident) => {
         impl EventTarget for $ty {
-            unsafe fn acks(obj: *mut Self) -> crate::events::Acks {
+            unsafe fn acks(obj: *mut Self) -> crate::async_event::Acks {
                 // SAFETY: per the caller: the fields of a live object.
                 unsafe {
-                    crate::events::Acks {
+                    crate::async_event::Acks {
                         mutex: &mut (*obj).mutex as *mut _ as *mut libc::pthread_mutex_t,
                         cond: &mut (*obj).cond as *mut _ as *mut libc::pthread_cond_t,
                         completed: &(*obj).$counter,

@@ -167,7 +167,7 @@ pub(super) fn new_qp(
     // `ibv_wr_flush` is the commit draft's Flush where libibverbs has it
     // (rdma-core 45 and later), as xiwdv_wr_flush is.
     let flush: Option<WrFlush> = sh_ref.cfg.extensions.then_some(wr_flush);
-    crate::libibverbs::layout().set_qp_tail(&mut v, VERBS_QP_EX, flush);
+    crate::rdma_core::layout().set_qp_tail(&mut v, VERBS_QP_EX, flush);
     let b = Box::into_raw(Box::new(XiwQp {
         vqp: v,
         qp: q.clone(),
@@ -351,7 +351,7 @@ pub(super) unsafe extern "C" fn modify_qp(
         }
         // SAFETY: ours / caller's.
         let (x, a) = unsafe { (qp_of(qp), &*attr) };
-        match crate::qpstate::modify(&x.qp, a, mask as u32) {
+        match crate::qp::state::modify(&x.qp, a, mask as u32) {
             Ok(state) => {
                 // SAFETY: our ibv_qp; the state field mirrors the QP's.
                 unsafe { (*qp).state = state };
@@ -380,7 +380,7 @@ pub(super) unsafe extern "C" fn query_qp(
         // SAFETY: ours / caller's.
         let (x, base) = unsafe { (qp_of(qp), &*qp) };
         let q = &x.qp;
-        let at = *q.attrs.lock().unwrap_or_else(|e| e.into_inner());
+        let at = *q.attrs.lock();
         let cap = ibv_qp_cap {
             max_send_wr: q.sq.entries.min(crate::qp::MAX_QP_WR),
             max_recv_wr: q.rq.as_ref().map(|r| r.entries).unwrap_or(0),

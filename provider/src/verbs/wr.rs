@@ -53,8 +53,8 @@ pub(super) unsafe fn qpx<'a>(q: *mut ibv_qp_ex) -> &'a XiwQp {
 }
 
 impl XiwQp {
-    fn lock_section(&self) -> std::sync::MutexGuard<'_, Section> {
-        self.section.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock_section(&self) -> parking_lot::MutexGuard<'_, Section> {
+        self.section.lock()
     }
 }
 
@@ -102,7 +102,7 @@ pub(super) unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
         let me = this_thread();
         let mut sec = x.lock_section();
         while sec.owner.is_some_and(|o| o != me) {
-            sec = x.section_free.wait(sec).unwrap_or_else(|e| e.into_inner());
+            x.section_free.wait(&mut sec);
         }
         // A second wr_start without wr_complete starts over.
         sec.owner = Some(me);

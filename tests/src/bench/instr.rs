@@ -22,7 +22,7 @@ use xiw_tests::harness::{self, Device};
 /// names them: the demangled symbol's first and last parts (the verbs entry
 /// points have moved between modules; this matches them wherever they are).
 const POSTING: &[(&str, &str)] = &[("xiw::verbs", "::post_send")];
-const RECEIVING: &[(&str, &str)] = &[("xiw::rx", "::take_in")];
+const RECEIVING: &[(&str, &str)] = &[("xiw::", "rx::take_in")];
 const REPOST: &[(&str, &str)] = &[("xiw::verbs", "::post_recv")];
 
 pub struct Count {
@@ -113,7 +113,7 @@ fn inclusive(file: &PathBuf) -> Result<Vec<(String, u64)>, String> {
     Ok(parse_annotate(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// Lines like `1,234 (12.3%)  src/x.rs:xiw::rx::read_stream [/usr/lib/libxiw-rdmav34.so]`.
+/// Lines like `1,234 (12.3%)  src/x.rs:xiw::qp::rx::read_stream [/usr/lib/libxiw-rdmav34.so]`.
 fn parse_annotate(text: &str) -> Vec<(String, u64)> {
     text.lines()
         .filter_map(|l| {
@@ -145,10 +145,10 @@ Ir                  file:function
 --------------------------------------------------------------------------------
 46,301,553 (100.0%)  ???:0x0000000000001100 [/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2]
  2,398,112 ( 5.18%)  provider/src/verbs/qp.rs:xiw::verbs::qp::post_send [/usr/lib/x86_64-linux-gnu/libibverbs/libxiw-rdmav34.so]
-   812,000  ( 1.75%)  provider/src/rx.rs:xiw::rx::read_stream [/usr/lib/libxiw-rdmav34.so]
+   812,000  ( 1.75%)  provider/src/qp/rx.rs:xiw::qp::rx::read_stream [/usr/lib/libxiw-rdmav34.so]
 ";
         let v = parse_annotate(text);
         assert!(v.contains(&("xiw::verbs::qp::post_send".to_string(), 2_398_112)));
-        assert!(v.contains(&("xiw::rx::read_stream".to_string(), 812_000)));
+        assert!(v.contains(&("xiw::qp::rx::read_stream".to_string(), 812_000)));
     }
 }

@@ -28,7 +28,7 @@ use libseccomp::{ScmpAction, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, S
 use rustix::mount::{self, MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
 
-use xiw::devinfo;
+use xiw::sysfs_tree;
 
 use crate::sys;
 
@@ -296,8 +296,8 @@ pub fn drivers_of(root: &Path) -> Option<PathBuf> {
 /// The device nodes the tree at `root` names: (uverbs name, major, minor).
 pub fn nodes_of(root: &Path) -> io::Result<Vec<(String, u32, u32)>> {
     let mut nodes = Vec::new();
-    for (name, _) in devinfo::list_uverbs(root)? {
-        let uverbs = devinfo::uverbs_path(root, &name);
+    for (name, _) in sysfs_tree::list_uverbs(root)? {
+        let uverbs = sysfs_tree::uverbs_path(root, &name);
         let dev = fs::read_to_string(uverbs.join("dev"))?;
         let (major, minor) = dev
             .trim()

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use xiw::devinfo::{self, DeviceInfo};
+use xiw::sysfs_tree::{self, DeviceInfo};
 
 /// Sets up xiw devices in standalone mode (no kernel RDMA): a sysfs tree
 /// that points libibverbs at them.
@@ -295,9 +295,9 @@ fn cmd_up(opts: &Options) -> Result<(), String> {
     let netlink = sys::rdma_netlink();
     let make_nodes = sys::is_root();
     let prefix = if netlink.is_some() {
-        devinfo::SHARED_UVERBS
+        sysfs_tree::SHARED_UVERBS
     } else {
-        devinfo::UVERBS
+        sysfs_tree::UVERBS
     };
 
     teardown(&root)?;
@@ -400,17 +400,17 @@ fn build_tree(
     prefix: &str,
     provider: Option<&Path>,
 ) -> Result<(), String> {
-    devinfo::create_dir(root).map_err(|e| e.to_string())?;
+    sysfs_tree::create_dir(root).map_err(|e| e.to_string())?;
     // The record goes first so that even a failed `up` leaves a tree that
     // `down` (or the next `up`) recognises and cleans.
     let mut record = Record::default();
     record.save(root)?;
-    devinfo::write_class_abi_version(root).map_err(|e| e.to_string())?;
+    sysfs_tree::write_class_abi_version(root).map_err(|e| e.to_string())?;
 
     if let Some(lib) = provider {
         // Links under every private ABI's file name, for RDMAV_DRIVERS.
         let dir = exec::provider_dir(root);
-        devinfo::create_dir(&dir).map_err(|e| e.to_string())?;
+        sysfs_tree::create_dir(&dir).map_err(|e| e.to_string())?;
         for name in exec::provider_names() {
             std::os::unix::fs::symlink(lib, dir.join(&name))
                 .map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
@@ -429,7 +429,7 @@ fn build_tree(
             make_dev_node(&mut record, root, prefix)?
         } else {
             while next_free < MAX_UVERBS
-                && fs::symlink_metadata(devinfo::uverbs_dev_node(&devinfo::uverbs_name(
+                && fs::symlink_metadata(sysfs_tree::uverbs_dev_node(&sysfs_tree::uverbs_name(
                     prefix, next_free,
                 )))
                 .is_ok()
@@ -439,25 +439,25 @@ fn build_tree(
             next_free += 1;
             next_free - 1
         };
-        let uverbs = devinfo::uverbs_name(prefix, index);
-        let node_guid = devinfo::guid_from_mac(&nd.mac)
+        let uverbs = sysfs_tree::uverbs_name(prefix, index);
+        let node_guid = sysfs_tree::guid_from_mac(&nd.mac)
             .filter(|g| !guids.contains(g))
             // The uverbs index is unique among all xiw devices of the host
             // (they share /dev), unlike our device index.
-            .unwrap_or_else(|| devinfo::guid_from_addr(nd.addr, index as u16));
+            .unwrap_or_else(|| sysfs_tree::guid_from_addr(nd.addr, index as u16));
         guids.push(node_guid);
         let info = DeviceInfo {
             kernel: false,
-            ibdev: format!("{}{i}", devinfo::IBDEV_PREFIX),
+            ibdev: format!("{}{i}", sysfs_tree::IBDEV_PREFIX),
             netdev: nd.name.clone(),
             ifindex: nd.ifindex,
             addr: nd.addr,
-            gid: devinfo::gid_from_addr(nd.addr),
+            gid: sysfs_tree::gid_from_addr(nd.addr),
             mtu: nd.mtu,
             mac: nd.mac,
             node_guid,
         };
-        devinfo::write_device(root, &info, &uverbs, nd.running).map_err(|e| e.to_string())?;
+        sysfs_tree::write_device(root, &info, &uverbs, nd.running).map_err(|e| e.to_string())?;
         eprintln!(
             "xiw up: {} on {} (ifindex {}): addr {}, GID {}, MTU {} (IBV_MTU {}), GUID {}, \
              port {}, {}",
@@ -465,13 +465,13 @@ fn build_tree(
             info.netdev,
             info.ifindex,
             info.addr,
-            devinfo::format_gid(&info.gid),
+            sysfs_tree::format_gid(&info.gid),
             info.mtu,
-            256u32 << (devinfo::ibv_mtu_for(info.mtu) - 1),
-            devinfo::format_guid(info.node_guid),
+            256u32 << (sysfs_tree::ibv_mtu_for(info.mtu) - 1),
+            sysfs_tree::format_guid(info.node_guid),
             if nd.running { "ACTIVE" } else { "DOWN" },
             if make_nodes {
-                devinfo::uverbs_dev_node(&uverbs).display().to_string()
+                sysfs_tree::uverbs_dev_node(&uverbs).display().to_string()
             } else {
                 "its node made by xiw exec".into()
             }
@@ -487,12 +487,12 @@ fn make_dev_node(record: &mut Record, root: &Path, prefix: &str) -> Result<u32, 
     let mut index = 0;
     while index < MAX_UVERBS {
         if !dev_dir.is_dir() {
-            devinfo::create_dir(dev_dir).map_err(|e| e.to_string())?;
+            sysfs_tree::create_dir(dev_dir).map_err(|e| e.to_string())?;
             record.created_dir = true;
             record.save(root)?;
         }
-        let node = devinfo::uverbs_dev_node(&devinfo::uverbs_name(prefix, index));
-        match sys::mknod_char(&node, 0o666, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR) {
+        let node = sysfs_tree::uverbs_dev_node(&sysfs_tree::uverbs_name(prefix, index));
+        match sys::mknod_char(&node, 0o666, sysfs_tree::CDEV_MAJOR, sysfs_tree::CDEV_MINOR) {
             Ok(ino) => {
                 record.nodes.push((node, ino));
                 record.save(root)?;
@@ -563,7 +563,7 @@ fn teardown(root: &Path) -> Result<(), String> {
         // Remove only what is still the very node we made (same inode): a
         // node another tree or a real driver made under that name since
         // must survive.
-        if sys::char_dev_ino(node, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR) == Some(*ino) {
+        if sys::char_dev_ino(node, sysfs_tree::CDEV_MAJOR, sysfs_tree::CDEV_MINOR) == Some(*ino) {
             fs::remove_file(node).map_err(|e| format!("{}: {e}", node.display()))?;
         } else if node.exists() {
             eprintln!(
@@ -618,13 +618,13 @@ impl Record {
         for (node, ino) in &self.nodes {
             text.push_str(&format!("node {} {ino}\n", node.display()));
         }
-        devinfo::write_attr(&root.join(RECORD_FILE), text.trim_end()).map_err(|e| e.to_string())
+        sysfs_tree::write_attr(&root.join(RECORD_FILE), text.trim_end()).map_err(|e| e.to_string())
     }
 }
 
 fn is_uverbs_node_path(p: &str) -> bool {
     p.strip_prefix("/dev/infiniband/")
-        .is_some_and(|n| devinfo::uverbs_index(n).is_some())
+        .is_some_and(|n| sysfs_tree::uverbs_index(n).is_some())
 }
 
 /// Runs the program under `xiw exec`'s plan for the tree; returns only if

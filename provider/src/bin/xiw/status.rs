@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use xiw::devinfo::{self, DeviceInfo};
+use xiw::sysfs_tree::{self, DeviceInfo};
 
 use crate::netlink::{self, KernelDevice};
 use crate::{resolve_root, shell_quote, sys, Options, Record};
@@ -155,7 +155,7 @@ fn kernel_device(k: &KernelDevice, module: Option<Module>) -> Device {
         physical_state: k.phys_state.map(netlink::phys_state_name),
         netdev: k.netdev.clone(),
         netdev_index: k.netdev_index,
-        node_guid: k.node_guid.map(devinfo::format_guid),
+        node_guid: k.node_guid.map(sysfs_tree::format_guid),
         fw: k.fw.clone(),
         addr: nd.as_ref().map(|n| n.addr.to_string()),
         gid: read("gids/0"),
@@ -204,35 +204,39 @@ fn state_of(text: &str, name: fn(u8) -> String) -> String {
 }
 
 fn tree_devices(root: &Path) -> Result<Vec<Device>, String> {
-    let uverbs = devinfo::list_uverbs(root).map_err(|e| e.to_string())?;
+    let uverbs = sysfs_tree::list_uverbs(root).map_err(|e| e.to_string())?;
     let record = Record::load(root)?;
     let nodes_made = !record.nodes.is_empty();
     let mut out = Vec::new();
     for (uverbs_name, ibdev) in uverbs {
-        let dir = devinfo::ibdev_path(root, &ibdev);
+        let dir = sysfs_tree::ibdev_path(root, &ibdev);
         let info = DeviceInfo::load(&dir).map_err(|e| e.to_string())?;
-        let port = dir.join(format!("ports/{}", devinfo::PORT_NUM));
+        let port = dir.join(format!("ports/{}", sysfs_tree::PORT_NUM));
         let read = |rel: &str| fs::read_to_string(port.join(rel)).ok();
-        let node = devinfo::uverbs_dev_node(&uverbs_name);
+        let node = sysfs_tree::uverbs_dev_node(&uverbs_name);
         out.push(Device {
             ifname: info.ibdev.clone(),
             ifindex: None,
             mode: "standalone",
-            port: devinfo::PORT_NUM,
+            port: sysfs_tree::PORT_NUM,
             state: read("state").map(|s| state_of(&s, netlink::port_state_name)),
             physical_state: read("phys_state").map(|s| state_of(&s, netlink::phys_state_name)),
             netdev: Some(info.netdev.clone()),
             netdev_index: Some(info.ifindex),
-            node_guid: Some(devinfo::format_guid(info.node_guid)),
+            node_guid: Some(sysfs_tree::format_guid(info.node_guid)),
             fw: fs::read_to_string(dir.join("fw_ver"))
                 .ok()
                 .map(|s| s.trim().to_string()),
             addr: Some(info.addr.to_string()),
-            gid: Some(devinfo::format_gid(&info.gid)),
+            gid: Some(sysfs_tree::format_gid(&info.gid)),
             mtu: Some(info.mtu),
-            active_mtu: Some(256u32 << (devinfo::ibv_mtu_for(info.mtu) - 1)),
-            chardev_exists: sys::char_dev_ino(&node, devinfo::CDEV_MAJOR, devinfo::CDEV_MINOR)
-                .is_some(),
+            active_mtu: Some(256u32 << (sysfs_tree::ibv_mtu_for(info.mtu) - 1)),
+            chardev_exists: sys::char_dev_ino(
+                &node,
+                sysfs_tree::CDEV_MAJOR,
+                sysfs_tree::CDEV_MINOR,
+            )
+            .is_some(),
             chardev: Some(node.display().to_string()),
             sysfs_path: Some(root.display().to_string()),
             module: None,

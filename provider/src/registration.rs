@@ -11,8 +11,8 @@ use xiw_abi::driver::*;
 use xiw_abi::verbs::*;
 
 use crate::context::{Config, Shared};
-use crate::devinfo::DeviceInfo;
-use crate::libibverbs;
+use crate::rdma_core;
+use crate::sysfs_tree::DeviceInfo;
 use crate::verbs::{self, XiwContext};
 
 /// `uverbsN/abi_version` that `xiw up` writes and the kernel module reports.
@@ -76,12 +76,12 @@ static INIT: extern "C" fn() = register;
 
 extern "C" fn register() {
     // Not loaded by libibverbs (the `xiw` command): nothing to register with.
-    if !libibverbs::loaded() {
+    if !rdma_core::loaded() {
         return;
     }
-    let _ = catch_unwind(|| match libibverbs::detect() {
+    let _ = catch_unwind(|| match rdma_core::detect() {
         Ok(_) => {
-            let register = libibverbs::private()
+            let register = rdma_core::private()
                 .expect("checked by detect")
                 .register_driver;
             // SAFETY: DEVICE_OPS is a static that lives as long as the library.
@@ -133,10 +133,10 @@ unsafe extern "C" fn alloc_context(
             }
         };
         // Registration found them (no context is made before it).
-        let Some(lib) = libibverbs::private() else {
+        let Some(lib) = rdma_core::private() else {
             return ptr::null_mut();
         };
-        let layout = libibverbs::layout();
+        let layout = rdma_core::layout();
         // Where this release's verbs_context starts in an XiwContext at 0,
         // as libibverbs takes it (a pointer-typed offset).
         let offset = XiwContext::release_vctx(ptr::null_mut(), layout);
@@ -198,7 +198,7 @@ unsafe extern "C" fn alloc_context(
         if kernel {
             sh.kernel = Some(crate::kernel::Kernel::new(cmd_fd));
             if drv.events_len > 0 {
-                match crate::streamev::StreamEvents::map(
+                match crate::events_page::StreamEvents::map(
                     cmd_fd,
                     drv.events_offset,
                     drv.events_len as usize,
@@ -276,8 +276,8 @@ pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
         // SAFETY: undo _verbs_init_and_alloc_context (whose helpers were
         // found, or there would be no context); libibverbs calloc'd the block.
         unsafe {
-            if let Some(lib) = libibverbs::private() {
-                (lib.uninit_context)(XiwContext::release_vctx(ctx, libibverbs::layout()));
+            if let Some(lib) = rdma_core::private() {
+                (lib.uninit_context)(XiwContext::release_vctx(ctx, rdma_core::layout()));
             }
             libc::free(ctx as *mut libc::c_void);
         }

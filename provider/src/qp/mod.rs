@@ -7,9 +7,16 @@
 //! holds a later lock never waits for an earlier one; errors found under a lock
 //! are returned and acted on ([`Qp::fail`]) after it is dropped.
 
+pub mod cm;
+pub mod core;
+pub mod responder;
+pub mod rx;
+pub mod state;
+pub mod tx;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use xiw_abi::ring::{wqe_flag, SendWqe, Sge};
@@ -17,14 +24,13 @@ use xiw_abi::verbs::*;
 use xiw_engine::queue1::Inbound;
 use xiw_engine::{recv, send};
 
+use self::core::QpCore;
+use self::tx::{TxCell, TxGuard};
 use crate::context::Endpoint;
 use crate::mem::AccessError;
-use crate::qpcore::QpCore;
-use crate::sock::Request;
-use crate::tx::{TxCell, TxGuard};
-use crate::{cm, rx, tx};
+use crate::tcp::Request;
 
-pub use crate::qpcore::{
+pub use self::core::{
     Attrs, Caps, InlineBytes, SendBody, SgeList, MAX_INLINE, MAX_QP_WR, MAX_RD_ATOMIC, MAX_SGE,
     WC_FLUSH,
 };
@@ -70,11 +76,11 @@ impl Qp {
     }
 
     pub fn lock_rx(&self) -> MutexGuard<'_, rx::Rx> {
-        self.rx.lock().unwrap_or_else(|e| e.into_inner())
+        self.rx.lock()
     }
 
     pub fn lock_cm(&self) -> MutexGuard<'_, cm::Cm> {
-        self.cm.lock().unwrap_or_else(|e| e.into_inner())
+        self.cm.lock()
     }
 
     /// Transmits whatever can go (see [`TxCell::kick`]).
@@ -325,11 +331,7 @@ impl Qp {
 
     /// Applies a deferred failure; called with no locks held.
     pub fn apply_deferred(&self) {
-        let f = self
-            .deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let f = self.deferred.lock().take();
         if let Some(f) = f {
             self.fail_with(f);
         }
@@ -399,14 +401,14 @@ impl Qp {
     fn fail_as(&self, f: Fail) {
         self.fail(
             &f.why,
-            f.sq_status.map(crate::ibv::status),
-            f.rq_status.map(crate::ibv::status),
-            crate::ibv::event(f.event),
+            f.sq_status.map(crate::verbs_status::status),
+            f.rq_status.map(crate::verbs_status::status),
+            crate::verbs_status::event(f.event),
         );
     }
 
     fn lock_terminating(&self) -> MutexGuard<'_, Option<(Instant, Fail)>> {
-        self.terminating.lock().unwrap_or_else(|e| e.into_inner())
+        self.terminating.lock()
     }
 
     /// The timer of a failure waiting for its Terminate to go out: applies
@@ -464,7 +466,7 @@ impl Qp {
     /// emptied with the rest.
     pub fn reset(&self) {
         self.state.store(IBV_QPS_RESET, Ordering::Release);
-        *self.deferred.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.deferred.lock() = None;
         *self.lock_terminating() = None;
         self.detach_stream();
         self.lock_cm().reset(&self.sh);
@@ -585,7 +587,7 @@ impl Endpoint for Qp {
         let initiator = s.initiator != 0;
         {
             // The ORD agreed, unless the application set its own (RTS).
-            let mut a = self.attrs.lock().unwrap_or_else(|e| e.into_inner());
+            let mut a = self.attrs.lock();
             if a.max_rd_atomic == 0 {
                 a.max_rd_atomic = s.ord.min(u16::from(u8::MAX)) as u8;
             }
@@ -614,9 +616,9 @@ impl Endpoint for Qp {
             .is_ok();
         if moved {
             {
-                let a = self.attrs.lock().unwrap_or_else(|e| e.into_inner());
+                let a = self.attrs.lock();
                 let mut t = self.lock_tx();
-                t.engine.set_ord(crate::cm::ord_of(a.max_rd_atomic));
+                t.engine.set_ord(crate::qp::cm::ord_of(a.max_rd_atomic));
             }
             self.mirror_state(IBV_QPS_RTS);
         }
@@ -638,7 +640,7 @@ impl Endpoint for Qp {
 
     fn media(&self, ticket: u64, req: &Inbound) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            tx::execute(&self.core, req)
+            responder::execute(&self.core, req)
         }))
         .unwrap_or_else(|_| Err(Fail::stream("internal error in the media worker")));
         let taken = self.lock_tx().media_done(ticket, r);

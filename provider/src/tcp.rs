@@ -1,8 +1,6 @@
 //! The TCP side of standalone mode before the data path takes a stream:
-//! listening, accepting and connecting sockets, the MPA frames of the
-//! exchange, and xiw's own private data, which names the two QPs and the
-//! connection attempt; and the bare socket calls every part of the provider
-//! makes (`send_raw`, `recv_raw`, `sendmsg_raw`: no cancellation points).
+//! listening, accepting and connecting sockets, and the MPA frames of the
+//! exchange; and what a failed read or write of a stream means for its QP.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -12,57 +10,9 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use xiw_engine::setup;
 
+use crate::private_data::parse_xiw;
+use crate::sys::{recv_raw, send_now};
 use crate::wire::mpa;
-
-/// Marks xiw's own private data: "xiw1", sender QPN, receiver QPN.
-pub const PD_MAGIC: &[u8; 4] = b"xiw1";
-pub const PD_LEN: usize = 12;
-/// Then, optionally, a word of flags (older xiw sent none: all clear).
-pub const PD_FLAGS_LEN: usize = 4;
-/// The sender speaks RFC 7306 and the commit draft.
-pub const PD_FLAG_EXTENSIONS: u32 = 1 << 0;
-/// The sender sends Send with Immediate as Immediate Data directly followed by
-/// its Send, and Immediate Data alone only right after an RDMA Write.
-pub const PD_FLAG_IMM_PAIRS: u32 = 1 << 1;
-/// Then, optionally, the connection attempt's stamp (older xiw sent none: 0).
-pub const PD_STAMP_LEN: usize = 8;
-
-/// `send(2)` of `buf` on stream `fd`, never blocking and never raising
-/// SIGPIPE, made as the bare system call (rustix). libc's wrapper is a thread
-/// cancellation point: a program cancelling a thread inside `ibv_post_send`
-/// (or any verb) would leave the provider's locks held. The bare call is no
-/// cancellation point, and costs less.
-///
-/// # Safety
-/// `fd` is an open socket for the whole call.
-pub unsafe fn send_now(fd: RawFd, buf: &[u8]) -> std::io::Result<usize> {
-    use rustix::net::SendFlags;
-    // SAFETY: as the caller promised.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    Ok(rustix::net::send(
-        fd,
-        buf,
-        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-    )?)
-}
-
-/// `sendmsg(2)` as the bare system call, for the reason [`send_now`] gives.
-///
-/// # Safety
-/// `msg` must describe readable memory.
-pub unsafe fn sendmsg_raw(fd: RawFd, msg: *const libc::msghdr, flags: i32) -> isize {
-    // SAFETY: as the caller promised.
-    unsafe { libc::syscall(libc::SYS_sendmsg, fd, msg, flags) as isize }
-}
-
-/// `recv(2)` as the bare system call, for the reason [`send_now`] gives.
-///
-/// # Safety
-/// `buf` must be `len` writable bytes.
-pub unsafe fn recv_raw(fd: RawFd, buf: *mut u8, len: usize, flags: i32) -> isize {
-    // SAFETY: as the caller promised; no source address is asked for.
-    unsafe { libc::syscall(libc::SYS_recvfrom, fd, buf, len, flags, 0usize, 0usize) as isize }
-}
 
 /// What a failed read or write of a QP's stream means for the QP: the end
 /// of the stream, and for a peer that stopped acknowledging past the
@@ -163,49 +113,6 @@ pub fn read_frame(fd: RawFd, reader: &mut setup::FrameReader) -> io::Result<Opti
             return Ok(frame);
         }
     }
-}
-
-/// xiw's private data: magic, sender and receiver QPN, flags, attempt stamp.
-pub fn private_data(from: u32, to: u32, flags: u32, stamp: u64) -> Vec<u8> {
-    let mut data = vec![0u8; PD_LEN + PD_FLAGS_LEN + PD_STAMP_LEN];
-    data[0..4].copy_from_slice(PD_MAGIC);
-    data[4..8].copy_from_slice(&from.to_be_bytes());
-    data[8..12].copy_from_slice(&to.to_be_bytes());
-    data[12..16].copy_from_slice(&flags.to_be_bytes());
-    data[16..24].copy_from_slice(&stamp.to_be_bytes());
-    data
-}
-
-/// What xiw's private data says.
-#[derive(Clone, Copy, Debug)]
-pub struct Private {
-    pub from: u32,
-    pub to: u32,
-    pub flags: u32,
-    pub stamp: u64,
-}
-
-/// xiw's own private data (after the RFC 6581 block): magic, sender and
-/// receiver QPN, then optionally flags and the attempt stamp.
-pub fn parse_xiw(data: &[u8]) -> Option<Private> {
-    if data.len() < PD_LEN || &data[..4] != PD_MAGIC {
-        return None;
-    }
-    let word = |at: usize| {
-        data.get(at..at + 4)
-            .map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")))
-    };
-    let at = PD_LEN + PD_FLAGS_LEN;
-    let stamp = data
-        .get(at..at + PD_STAMP_LEN)
-        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes")))
-        .unwrap_or(0);
-    Some(Private {
-        from: word(4)?,
-        to: word(8)?,
-        flags: word(PD_LEN).unwrap_or(0),
-        stamp,
-    })
 }
 
 pub fn canonical(a: IpAddr) -> IpAddr {

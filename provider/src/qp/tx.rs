@@ -15,11 +15,11 @@ use xiw_engine::send::{
     self, AtomicOp, Completion, NowOp, Piece, Sender, Span, WindowBind, Wr, WrClass, WrOp,
 };
 
-use crate::mem::{self, AccessError, NEED_NONE};
-use crate::qpcore::{QpCore, SgeList};
+use crate::mem::{AccessError, NEED_NONE};
+use crate::qp::core::{QpCore, SgeList};
 use crate::queue::{sge_spans, sges_of, MAX_SGE};
-use crate::sock;
-use crate::wire::{atomic, commit, rdmap};
+use crate::sys;
+use crate::wire::rdmap;
 pub use xiw_engine::fault::Fail;
 
 pub use xiw_engine::queue1::{flush_need, Inbound, ReadResp, VERIFY_MAX_HASH};
@@ -116,7 +116,7 @@ impl Tx {
                 send_pieces(&self.engine, qp, fd)?
             } else {
                 // SAFETY: `fd` is the QP's stream, kept open until the QP is dropped.
-                unsafe { sock::send_now(fd, self.engine.pending()) }
+                unsafe { sys::send_now(fd, self.engine.pending()) }
             };
             match r {
                 Ok(n) => self.engine.advance(n),
@@ -126,7 +126,7 @@ impl Tx {
                         return Ok(false);
                     }
                     Some(libc::EINTR) => continue,
-                    _ => return Err(crate::sock::stream_error("send", &e)),
+                    _ => return Err(crate::tcp::stream_error("send", &e)),
                 },
             }
         }
@@ -157,7 +157,7 @@ impl Tx {
         let out = self.engine.pending();
         let want = out.len();
         // SAFETY: `fd` is the QP's stream, kept open until the QP is dropped.
-        if let Ok(n) = unsafe { sock::send_now(fd, out) } {
+        if let Ok(n) = unsafe { sys::send_now(fd, out) } {
             self.engine.advance(n);
             if n == want {
                 return Ok(Some(true));
@@ -311,7 +311,7 @@ fn send_pieces(
         // SAFETY: every iovec points at initialised bytes: the engine's buffer,
         // or registered memory checked under the read lock held here; `fd` is
         // the QP's stream.
-        let n = unsafe { sock::sendmsg_raw(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        let n = unsafe { sys::sendmsg_raw(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
         Ok(if n < 0 {
             Err(std::io::Error::last_os_error())
         } else {
@@ -473,7 +473,7 @@ impl send::SendHost for SqHost<'_> {
     }
 
     fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
-        execute(self.qp, req)
+        super::responder::execute(self.qp, req)
     }
 
     fn defer(&mut self, req: Inbound) -> u64 {
@@ -503,7 +503,7 @@ impl send::SendHost for SqHost<'_> {
                 }
             }
             Completion::SuccessLen(n) => *slot = Some(Slot::DoneLen(IBV_WC_SUCCESS, n)),
-            Completion::Error(st) => *slot = Some(Slot::Done(crate::ibv::status(st))),
+            Completion::Error(st) => *slot = Some(Slot::Done(crate::verbs_status::status(st))),
         }
     }
 }
@@ -609,148 +609,6 @@ fn queue1_op(wqe: &SendWqe, local: Arc<[Sge]>) -> WrOp<Arc<[Sge]>> {
         }),
         _ => atomic(AtomicOp::Swap { swap: wqe.operand1 }),
     }
-}
-
-/// Why a queue 1 request could not be carried out.
-enum Refused {
-    /// The STag check failed at execution (the MR changed since the request came).
-    Access(mem::AccessError),
-    /// The operation itself failed.
-    Failed(String),
-}
-
-impl From<mem::AccessError> for Refused {
-    fn from(e: mem::AccessError) -> Refused {
-        Refused::Access(e)
-    }
-}
-
-/// Carries out a queue 1 request from the peer (other than a Read) and returns
-/// its response; a failure ends in a Terminate that names the request
-/// (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
-pub fn execute(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
-    carry_out(qp, req).map_err(|r| match r {
-        Refused::Access(e) => Fail::protection(e, req.ddp_header(), None, "request refused"),
-        Refused::Failed(why) => Fail::operation_failed(req.ddp_header(), &why),
-    })
-}
-
-fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Refused> {
-    let mrs = &qp.sh.mrs;
-    let pd = qp.by();
-    let failed = |why: &str| Refused::Failed(why.into());
-    Ok(match *req {
-        Inbound::Read(_) => unreachable!("reads are streamed by frame_job"),
-        Inbound::Atomic { req, allowed, .. } => {
-            let original = mrs
-                .atomic(
-                    req.stag,
-                    pd,
-                    req.to,
-                    IBV_ACCESS_REMOTE_ATOMIC,
-                    allowed,
-                    |word| {
-                        let mut old = word.load(Ordering::SeqCst);
-                        loop {
-                            let new = req.apply(old)?;
-                            if new == old {
-                                break Some(old);
-                            }
-                            match word.compare_exchange_weak(
-                                old,
-                                new,
-                                Ordering::SeqCst,
-                                Ordering::SeqCst,
-                            ) {
-                                Ok(_) => break Some(old),
-                                Err(now) => old = now,
-                            }
-                        }
-                    },
-                )?
-                .flatten()
-                .ok_or_else(|| failed("atomic operation not performed"))?;
-            let resp = atomic::AtomicResponseRepr {
-                request_id: req.request_id,
-                original_value: original,
-            };
-            let mut b = vec![0u8; resp.buffer_len()];
-            resp.emit(&mut atomic::ResponsePacket::new_unchecked(&mut b[..]));
-            (rdmap::Opcode::AtomicResponse, b)
-        }
-        Inbound::Flush {
-            stag,
-            to,
-            len,
-            flags,
-            allowed,
-            ..
-        } => {
-            if len > 0 {
-                let need = flush_need(flags);
-                mrs.with_mr_allowed(stag, pd, to, len as usize, need, allowed, |host, mr| {
-                    if flags & commit::FLUSH_PERSISTENCE == 0 {
-                        return Ok(());
-                    }
-                    match &mr.ext {
-                        Some(ext) => ext.media.flush_persistent(host, len as u64),
-                        None => Err(std::io::Error::other("MR has no durable medium")),
-                    }
-                })?
-                .map_err(|e| Refused::Failed(format!("RDMA Flush failed: {e}")))?;
-            }
-            if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
-                crate::persist::flush_global();
-            }
-            (rdmap::Opcode::FlushResponse, Vec::new())
-        }
-        Inbound::Verify {
-            stag,
-            to,
-            len,
-            expected,
-            expected_len,
-            allowed,
-            ..
-        } => {
-            let hash = mrs
-                .with_mr_allowed(
-                    stag,
-                    pd,
-                    to,
-                    len as usize,
-                    mem::ACCESS_VERIFY,
-                    allowed,
-                    |host, mr| match mr.ext.as_deref() {
-                        Some(mem::MrExt {
-                            media,
-                            hash: Some(alg),
-                        }) => media.hash(*alg, host, len as u64),
-                        _ => Err(std::io::Error::other("MR is not verifiable")),
-                    },
-                )?
-                .map_err(|e| Refused::Failed(format!("RDMA Verify failed: {e}")))?;
-            if expected_len > 0 && expected[..expected_len as usize] != hash[..] {
-                // A hash was given and does not match: Terminate, no response
-                // (draft-talpey-rdma-commit sections 3.1.2.1 and 3.1.2.2).
-                return Err(failed("RDMA Verify: hash mismatch"));
-            }
-            (rdmap::Opcode::VerifyResponse, hash)
-        }
-        Inbound::AtomicWrite {
-            stag,
-            to,
-            value,
-            allowed,
-            ..
-        } => {
-            mrs.atomic(stag, pd, to, IBV_ACCESS_REMOTE_WRITE, allowed, |word| {
-                word.store(value, Ordering::SeqCst)
-            })?
-            .ok_or_else(|| failed("Atomic Write target not aligned"))?;
-            (rdmap::Opcode::AtomicWriteResponse, Vec::new())
-        }
-    })
 }
 
 /// Work that is answered by the peer on queue 3 or 2 and counts against ORD.

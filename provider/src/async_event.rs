@@ -6,10 +6,10 @@
 //! (`ibv_ack_async_event`) before the destroy returns, as
 //! ibv_get_async_event(3) promises: the object's memory stays valid until then.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
 
 use socket2::{Domain, SockRef, Socket, Type};
 
@@ -59,8 +59,8 @@ impl Events {
         Ok((ev, r))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     /// Posts an event of the object `element` names (0: the object is gone, no
@@ -137,7 +137,7 @@ impl Events {
             // socket's read end, which stays open while the context (and so
             // the object being destroyed) lives.
             let n = unsafe {
-                crate::sock::recv_raw(self.r, rec.as_mut_ptr(), RECORD, libc::MSG_DONTWAIT)
+                crate::sys::recv_raw(self.r, rec.as_mut_ptr(), RECORD, libc::MSG_DONTWAIT)
             };
             st.in_socket = None;
             if n != RECORD as isize {

@@ -3,9 +3,10 @@
 //! The data path (`tx`, `rx`) and connection setup (`cm`) work on it; the
 //! `qp` module puts them together.
 
+use parking_lot::Mutex;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use xiw_abi::ring::{self, Cqe, SendWqe, Sge};
 use xiw_abi::verbs::*;
@@ -257,7 +258,7 @@ impl QpCore {
     /// The events page and this QP's slot in it, while the module marks
     /// its stream's events there.
     #[inline]
-    pub fn stream_events(&self) -> Option<(&crate::streamev::StreamEvents, u32)> {
+    pub fn stream_events(&self) -> Option<(&crate::events_page::StreamEvents, u32)> {
         if !self.evented.load(Ordering::Acquire) {
             return None;
         }
@@ -367,7 +368,7 @@ impl QpCore {
     /// Records a failure for the progress thread to apply (the first one wins),
     /// for a path that holds locks failing takes.
     pub fn defer_fail(&self, f: Fail) {
-        let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        let mut d = self.deferred.lock();
         if d.is_none() {
             *d = Some(f);
             drop(d);

@@ -2,19 +2,20 @@
 //! receive side over it ([`xiw_engine::recv`]); the engine reaches registered
 //! memory, the receive queue and the queue 1 state through [`Placer`].
 
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 
 use xiw_abi::ring::{Cqe, Sge};
 use xiw_abi::verbs::*;
 use xiw_engine::recv::{self, Receiver, RecvCompletion, Whole};
 use xiw_engine::send::{ReadArrival, Span};
 
-use crate::ibv;
 use crate::mem::AccessError;
-use crate::qpcore::QpCore;
+use crate::qp::core::QpCore;
+use crate::qp::tx::{Inbound, Outstanding, TxCell};
 use crate::queue::{sge_spans, take_single, RecvJob, RecvSges};
-use crate::sock;
-use crate::tx::{Inbound, Outstanding, TxCell};
+use crate::sys;
+use crate::verbs_status;
 use crate::wire::mpa;
 
 pub use xiw_engine::fault::{Fail, Status};
@@ -80,7 +81,7 @@ impl Rx {
 /// The buffer starts small and grows (up to `RX_BUF_MAX`) only while the stream
 /// keeps it full or an FPDU needs the room, so an idle QP holds little memory.
 pub fn on_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
-    read_stream(qp, rx.lock().unwrap_or_else(|e| e.into_inner()), tx, false)
+    read_stream(qp, rx.lock(), tx, false)
 }
 
 /// As [`on_readable`], for a stream whose end may have come (kernel mode:
@@ -88,15 +89,14 @@ pub fn on_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail>
 /// nothing more, so that an end behind the last bytes is not missed (no
 /// further mark would come for it).
 pub fn on_closed(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
-    read_stream(qp, rx.lock().unwrap_or_else(|e| e.into_inner()), tx, true)
+    read_stream(qp, rx.lock(), tx, true)
 }
 
 /// As [`on_readable`], unless another thread is receiving on this QP already.
 pub fn poll_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fail> {
     match rx.try_lock() {
-        Ok(rx) => read_stream(qp, rx, tx, false),
-        Err(TryLockError::WouldBlock) => Ok(()),
-        Err(TryLockError::Poisoned(p)) => read_stream(qp, p.into_inner(), tx, false),
+        Some(rx) => read_stream(qp, rx, tx, false),
+        None => Ok(()),
     }
 }
 
@@ -120,7 +120,7 @@ fn read_stream(
                 let at = mrs.mem(span.stag, qp.by(), span.to, want, span.need, allowed)?;
                 // SAFETY: `at` is `want` bytes of registered memory, writable as
                 // checked just now; `fd` is the QP's stream.
-                let n = unsafe { sock::recv_raw(fd, at, want, libc::MSG_DONTWAIT) };
+                let n = unsafe { sys::recv_raw(fd, at, want, libc::MSG_DONTWAIT) };
                 if n > 0 {
                     // SAFETY: recv wrote these `n` bytes; the MR stays registered
                     // while the read lock is held.
@@ -161,7 +161,7 @@ fn read_stream(
         // SAFETY: recv writes at most `room` bytes into the spare capacity of `buf`;
         // `fd` is the QP's stream, open while the QP lives.
         let n =
-            unsafe { sock::recv_raw(fd, spare.as_mut_ptr() as *mut u8, room, libc::MSG_DONTWAIT) };
+            unsafe { sys::recv_raw(fd, spare.as_mut_ptr() as *mut u8, room, libc::MSG_DONTWAIT) };
         if n <= 0 {
             match stream_end(qp, &mut rx, fd, n) {
                 Some(r) => return r,
@@ -230,7 +230,7 @@ fn stream_end(qp: &QpCore, rx: &mut Rx, fd: i32, n: isize) -> Option<Result<(), 
     match e.raw_os_error() {
         Some(libc::EAGAIN) => Some(Ok(())),
         Some(libc::EINTR) => None,
-        _ => Some(Err(sock::stream_error("recv", &e))),
+        _ => Some(Err(crate::tcp::stream_error("recv", &e))),
     }
 }
 
@@ -346,7 +346,8 @@ impl recv::Host for Placer<'_> {
     }
 
     fn recv_failed(&mut self, job: RecvJob, status: Status) {
-        self.qp.complete_recv_error(&job, ibv::status(status));
+        self.qp
+            .complete_recv_error(&job, verbs_status::status(status));
     }
 
     fn scatter(&mut self, l: &Arc<[Sge]>, off: u64, data: &[u8]) -> Result<(), AccessError> {

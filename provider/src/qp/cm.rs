@@ -17,11 +17,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::context::Shared;
-use crate::qpcore::{QpCore, MAX_RD_ATOMIC};
-use crate::sock::{
-    canonical, parse_xiw, private_data, read_frame, send_reject, socket_for, write_all, Request,
-    PD_FLAG_EXTENSIONS, PD_FLAG_IMM_PAIRS,
-};
+use crate::private_data::{parse_xiw, private_data, PD_FLAG_EXTENSIONS, PD_FLAG_IMM_PAIRS};
+use crate::qp::core::{QpCore, MAX_RD_ATOMIC};
+use crate::tcp::{canonical, read_frame, send_reject, socket_for, write_all, Request};
 use crate::wire::mpa;
 use xiw_engine::setup;
 use xiw_engine::{recv, send};
@@ -154,7 +152,7 @@ impl Cm {
         let (addr, qpn) = self.peer.expect("peer known");
         let sh = &qp.sh;
         let s = socket_for(addr)?;
-        crate::sock::bind_for_connect(&s, sh.dev.addr)?;
+        crate::tcp::bind_for_connect(&s, sh.dev.addr)?;
         match s.connect(&SocketAddr::new(addr, (qpn >> 8) as u16).into()) {
             Err(e) if e.raw_os_error() != Some(libc::EINPROGRESS) => return Err(e),
             _ => {}
@@ -521,7 +519,7 @@ impl Cm {
         {
             // Attributes first (as modify_qp takes them, before `tx`): a
             // concurrent move to RTS then sets ORD either before or after this.
-            let attrs = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+            let attrs = qp.attrs.lock();
             qp.attach_stream(
                 fd,
                 recv::Params {
@@ -639,7 +637,7 @@ fn discard(sh: &Shared, sock: OwnedFd) {
 }
 
 fn local_ird_ord(qp: &QpCore) -> (u32, u32) {
-    let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+    let a = qp.attrs.lock();
     let ird = (a.max_dest_rd_atomic as u32).clamp(1, MAX_RD_ATOMIC);
     (ird, ord_of(a.max_rd_atomic))
 }

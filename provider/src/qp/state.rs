@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 use xiw_abi::verbs::*;
 
 use crate::context::NO_EVENT;
-use crate::devinfo;
 use crate::log;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
+use crate::sysfs_tree;
 
 /// Whether `cur` -> `new` is a transition. In kernel mode, rdma_cm's too:
 /// its move to RTS of an iWARP QP names no state (the RNIC moves it once the
@@ -97,7 +97,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
     }
 
     {
-        let mut a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = qp.attrs.lock();
         if mask & IBV_QP_ACCESS_FLAGS != 0 {
             a.qp_access_flags = attr.qp_access_flags;
         }
@@ -141,7 +141,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             a.ah_attr = attr.ah_attr;
         }
         if a.path_mtu == 0 {
-            a.path_mtu = devinfo::ibv_mtu_for(sh.dev.mtu);
+            a.path_mtu = sysfs_tree::ibv_mtu_for(sh.dev.mtu);
         }
     }
     if mask & IBV_QP_ACCESS_FLAGS != 0 {
@@ -186,9 +186,9 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
         }
         IBV_QPS_RTS => {
             {
-                let a = qp.attrs.lock().unwrap_or_else(|e| e.into_inner());
+                let a = qp.attrs.lock();
                 let mut t = qp.lock_tx();
-                t.engine.set_ord(crate::cm::ord_of(a.max_rd_atomic));
+                t.engine.set_ord(crate::qp::cm::ord_of(a.max_rd_atomic));
             }
             advance(qp, cur, IBV_QPS_RTS)?;
             qp.kick();
