@@ -8,12 +8,13 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::ptr;
 
 use xiw_abi::driver::verbs_device;
-use xiw_abi::ring::{op, SendWqe};
+use xiw_abi::ring::SendWqe;
 use xiw_abi::verbs::*;
+use xiw_engine::send::AtomicOp;
 
 use crate::persist::Hash;
-use crate::qp::tx;
-use crate::verbs::{begin_dv, fail_batch, flush_flags, flush_wqe, guard, set_errno, shared};
+use crate::verbs::{begin_dv, fail_batch, flush_flags, guard, set_errno, shared};
+use crate::wqe;
 
 /// `enum xiwdv_mr_attr_mask`.
 const MR_ATTR_VERIFY_HASH: u64 = 1 << 0;
@@ -183,17 +184,17 @@ pub unsafe extern "C" fn xiwdv_query_device(
     })
 }
 
-/// Starts an xiw-only WR on `q` if it is xiw's; `checked` is the verdict on
-/// the caller's arguments (an error makes the next wr_complete fail).
+/// Starts an xiw-only WR on `q` if it is xiw's, made by `make` from its
+/// wr_id; `checked` is the verdict on the caller's arguments (an error makes
+/// the next wr_complete fail, and `make` is not called).
 ///
 /// # Safety
 /// `q` is null or a live `ibv_qp_ex`.
 unsafe fn start(
     q: *mut ibv_qp_ex,
     what: &str,
-    opcode: u8,
     checked: Result<(), &str>,
-    set: impl FnOnce(&mut SendWqe),
+    make: impl FnOnce(u64) -> SendWqe,
 ) {
     // SAFETY: as the caller promises.
     if !unsafe { ours_qpx(q) } {
@@ -201,7 +202,7 @@ unsafe fn start(
         return;
     }
     match checked {
-        Ok(()) => begin_dv(q, opcode, set),
+        Ok(()) => begin_dv(q, make),
         Err(why) => {
             set_last_error(&format!("{what}: {why}"));
             fail_batch(q, libc::EINVAL);
@@ -227,13 +228,10 @@ pub unsafe extern "C" fn xiwdv_wr_flush(
         };
         // SAFETY: as the caller promises.
         unsafe {
-            start(
-                q,
-                "xiwdv_wr_flush",
-                op::FLUSH,
-                checked,
-                flush_wqe(rkey, addr, len, flags),
-            )
+            // `len` fits 32 bits when the arguments passed the check.
+            start(q, "xiwdv_wr_flush", checked, |id| {
+                wqe::flush(id, rkey, addr, len as u32, flags)
+            })
         }
     })
 }
@@ -251,7 +249,7 @@ pub unsafe extern "C" fn xiwdv_wr_verify(
 ) {
     guard((), || {
         let checked =
-            if expected_len > tx::VERIFY_MAX_HASH || (expected.is_null() && expected_len > 0) {
+            if expected_len > wqe::VERIFY_MAX_HASH || (expected.is_null() && expected_len > 0) {
                 Err("expected hash longer than 32 bytes, or missing")
             } else {
                 Ok(())
@@ -264,11 +262,8 @@ pub unsafe extern "C" fn xiwdv_wr_verify(
         };
         // SAFETY: as the caller promises.
         unsafe {
-            start(q, "xiwdv_wr_verify", op::VERIFY, checked, |w| {
-                w.rkey = rkey;
-                w.remote_addr = addr;
-                w.imm_or_inv = len;
-                tx::set_verify_expected(w, hash);
+            start(q, "xiwdv_wr_verify", checked, |id| {
+                wqe::verify(id, rkey, addr, len, hash)
             })
         }
     })
@@ -286,18 +281,13 @@ pub unsafe extern "C" fn xiwdv_wr_atomic_masked_fetch_add(
 ) {
     // SAFETY: as the caller promises.
     guard((), || unsafe {
-        start(
-            q,
-            "xiwdv_wr_atomic_masked_fetch_add",
-            op::ATOMIC_MASKED_FETCH_ADD,
-            Ok(()),
-            |w| {
-                w.rkey = rkey;
-                w.remote_addr = addr;
-                w.operand0 = add;
-                w.mask0 = boundary_mask;
-            },
-        )
+        start(q, "xiwdv_wr_atomic_masked_fetch_add", Ok(()), |id| {
+            let a = AtomicOp::MaskedFetchAdd {
+                add,
+                mask: boundary_mask,
+            };
+            wqe::atomic(id, rkey, addr, a)
+        })
     })
 }
 
@@ -315,20 +305,15 @@ pub unsafe extern "C" fn xiwdv_wr_atomic_masked_cmp_swp(
 ) {
     // SAFETY: as the caller promises.
     guard((), || unsafe {
-        start(
-            q,
-            "xiwdv_wr_atomic_masked_cmp_swp",
-            op::ATOMIC_MASKED_CMP_SWP,
-            Ok(()),
-            |w| {
-                w.rkey = rkey;
-                w.remote_addr = addr;
-                w.operand0 = compare;
-                w.operand1 = swap;
-                w.mask0 = compare_mask;
-                w.mask1 = swap_mask;
-            },
-        )
+        start(q, "xiwdv_wr_atomic_masked_cmp_swp", Ok(()), |id| {
+            let a = AtomicOp::MaskedCmpSwap {
+                compare,
+                compare_mask,
+                swap,
+                swap_mask,
+            };
+            wqe::atomic(id, rkey, addr, a)
+        })
     })
 }
 
@@ -338,10 +323,8 @@ pub unsafe extern "C" fn xiwdv_wr_atomic_masked_cmp_swp(
 pub unsafe extern "C" fn xiwdv_wr_atomic_swap(q: *mut ibv_qp_ex, rkey: u32, addr: u64, swap: u64) {
     // SAFETY: as the caller promises.
     guard((), || unsafe {
-        start(q, "xiwdv_wr_atomic_swap", op::ATOMIC_SWAP, Ok(()), |w| {
-            w.rkey = rkey;
-            w.remote_addr = addr;
-            w.operand1 = swap;
+        start(q, "xiwdv_wr_atomic_swap", Ok(()), |id| {
+            wqe::atomic(id, rkey, addr, AtomicOp::Swap { swap })
         })
     })
 }

@@ -2,9 +2,10 @@
 //!
 //! The file names follow the RNIC's parts: `qp/` (a queue pair: its state
 //! machine, connection setup, receive, transmit and the responder), `mem`
-//! (STags), `cq`, `srq`, `verbs` (the C surface), `dv` (the direct verbs of
-//! xiwdv.h), `persist` (the medium behind flushable memory), `registration`
-//! (the provider's registration with libibverbs), `wire` (codecs).
+//! (STags), `cq`, `srq`, `wqe` (a work request as the send queue holds it),
+//! `verbs` (the C surface), `dv` (the direct verbs of xiwdv.h), `persist`
+//! (the medium behind flushable memory), `registration` (the provider's
+//! registration with libibverbs), `wire` (codecs).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod async_event;
@@ -32,4 +33,5 @@ pub mod sysfs_tree;
 mod tcp;
 pub mod verbs;
 pub mod verbs_status;
+pub mod wqe;
 pub use xiw_engine::wire;

@@ -4,7 +4,6 @@
 //! `qp` module puts them together.
 
 use parking_lot::Mutex;
-use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -16,11 +15,11 @@ use crate::context::Shared;
 use crate::cq::Cq;
 use crate::queue::{post_recv_ring, take_recv_ring, RecvJob, Ring};
 use crate::srq::Srq;
+use crate::wqe;
 
 pub use crate::queue::MAX_SGE;
+pub use crate::wqe::WC_FLUSH;
 pub use xiw_abi::limits::{MAX_INLINE, MAX_QP_WR, MAX_RD_ATOMIC};
-/// `IBV_WC_FLUSH` of rdma-core 45 and later (absent from 44's verbs.h).
-pub const WC_FLUSH: u32 = 8;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Caps {
@@ -205,14 +204,13 @@ impl QpCore {
                 match &body {
                     SendBody::Sges(sges) => {
                         for (k, s) in sges.iter().enumerate() {
-                            self.sq
-                                .write(p, size_of::<SendWqe>() + k * size_of::<Sge>(), *s);
+                            self.sq.write(p, wqe::sge_offset(k), *s);
                         }
                     }
                     SendBody::Inline(bytes) => {
                         std::ptr::copy_nonoverlapping(
                             bytes.as_ptr(),
-                            self.sq.slot(p).add(size_of::<SendWqe>()),
+                            self.sq.slot(p).add(wqe::INLINE_OFFSET),
                             bytes.len(),
                         );
                     }
@@ -306,39 +304,14 @@ impl QpCore {
         if status == IBV_WC_SUCCESS && !signaled {
             return;
         }
-        let opcode = match wqe.opcode {
-            ring::op::SEND | ring::op::SEND_INV | ring::op::SEND_IMM => IBV_WC_SEND,
-            ring::op::WRITE | ring::op::WRITE_IMM => IBV_WC_RDMA_WRITE,
-            ring::op::READ => IBV_WC_RDMA_READ,
-            ring::op::ATOMIC_CMP_SWP | ring::op::ATOMIC_MASKED_CMP_SWP | ring::op::ATOMIC_SWAP => {
-                IBV_WC_COMP_SWAP
-            }
-            ring::op::ATOMIC_FETCH_ADD | ring::op::ATOMIC_MASKED_FETCH_ADD => IBV_WC_FETCH_ADD,
-            ring::op::LOCAL_INV => IBV_WC_LOCAL_INV,
-            ring::op::BIND_MW => IBV_WC_BIND_MW,
-            ring::op::ATOMIC_WRITE => IBV_WC_ATOMIC_WRITE,
-            ring::op::FLUSH => WC_FLUSH,
-            ring::op::VERIFY => IBV_WC_DRIVER1,
-            _ => IBV_WC_SEND,
-        };
-        let byte_len = match wqe.opcode {
-            ring::op::READ => wqe.length,
-            ring::op::ATOMIC_CMP_SWP
-            | ring::op::ATOMIC_FETCH_ADD
-            | ring::op::ATOMIC_MASKED_CMP_SWP
-            | ring::op::ATOMIC_MASKED_FETCH_ADD
-            | ring::op::ATOMIC_SWAP
-            | ring::op::ATOMIC_WRITE => 8,
-            _ => 0,
-        };
-        let byte_len = len.unwrap_or(byte_len);
+        let byte_len = len.unwrap_or_else(|| wqe::wc_byte_len(wqe));
         self.push_cqe(
             &self.send_cq,
             Cqe {
                 wr_id: wqe.wr_id,
                 byte_len,
                 qp_num: self.qpn,
-                opcode: opcode as u8,
+                opcode: wqe::wc_opcode(wqe) as u8,
                 status: status as u8,
                 ..Default::default()
             },

@@ -5,24 +5,22 @@
 //! Whoever posts work transmits it on its own thread when it can take the `tx`
 //! lock; when the socket is full the progress thread finishes the job on EPOLLOUT.
 
-use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use xiw_abi::ring::{op, wqe_flag, SendWqe, Sge};
+use xiw_abi::ring::{wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
-use xiw_engine::send::{
-    self, AtomicOp, Completion, NowOp, Piece, Sender, Span, WindowBind, Wr, WrClass, WrOp,
-};
+use xiw_engine::send::{self, Completion, NowOp, Piece, Sender, Span, WindowBind, Wr, WrClass};
 
 use crate::mem::{AccessError, NEED_NONE};
 use crate::qp::core::{QpCore, SgeList};
 use crate::queue::{sge_spans, sges_of, MAX_SGE};
 use crate::sys;
 use crate::wire::rdmap;
+use crate::wqe;
 pub use xiw_engine::fault::Fail;
 
-pub use xiw_engine::queue1::{flush_need, Inbound, ReadResp, VERIFY_MAX_HASH};
+pub use xiw_engine::queue1::{flush_need, Inbound, ReadResp};
 
 /// A queue 1 request this side issued, with the SGEs its response lands in.
 pub type Outstanding = xiw_engine::queue1::Outstanding<Arc<[Sge]>>;
@@ -351,12 +349,7 @@ impl send::SendHost for SqHost<'_> {
         }
         // SAFETY: slot `idx` is in [consumer, producer): published by post_send and not released.
         let wqe: SendWqe = unsafe { qp.sq.read(idx, 0) };
-        let confirmed = wqe.flags & wqe_flag::SIGNALED != 0 && data_op(&wqe).is_some();
-        let class = WrClass {
-            queue1: queue1_request(wqe.opcode),
-            fence: wqe.flags & wqe_flag::FENCE != 0,
-            confirmed,
-        };
+        let class = wqe::class(&wqe);
         if !admit(class) {
             return None;
         }
@@ -369,18 +362,21 @@ impl send::SendHost for SqHost<'_> {
             let n = (wqe.num_sge as usize).min(MAX_SGE as usize);
             // SAFETY: as above; `num_sge` was bounded by max_send_sge at post time.
             Body::Sges(sges_of(n, |k| unsafe {
-                qp.sq
-                    .read::<Sge>(idx, size_of::<SendWqe>() + k * size_of::<Sge>())
+                qp.sq.read::<Sge>(idx, wqe::sge_offset(k))
             }))
         };
         *self.next = idx.wrapping_add(1);
         *slot_of(self.slots, idx) = Some(Slot::Sent);
+        let local = match &payload {
+            Body::Sges(sges) => Some(sges.as_slice()),
+            Body::Inline { .. } => None,
+        };
         Some(Wr {
             idx,
-            op: wr_op(&wqe, &payload),
+            op: wqe::decode(&wqe, local),
             length: wqe.length,
             payload,
-            confirmed,
+            confirmed: class.confirmed,
         })
     }
 
@@ -412,10 +408,7 @@ impl send::SendHost for SqHost<'_> {
                 // released before this request completes, which is after framing.
                 let inline = unsafe {
                     std::slice::from_raw_parts(
-                        self.qp
-                            .sq
-                            .slot(idx)
-                            .add(size_of::<SendWqe>() + off as usize),
+                        self.qp.sq.slot(idx).add(wqe::INLINE_OFFSET + off as usize),
                         n,
                     )
                 };
@@ -506,148 +499,6 @@ impl send::SendHost for SqHost<'_> {
             Completion::Error(st) => *slot = Some(Slot::Done(crate::verbs_status::status(st))),
         }
     }
-}
-
-/// A send queue WQE as the engine's work request.
-fn wr_op(wqe: &SendWqe, payload: &Body) -> WrOp<Arc<[Sge]>> {
-    if let Some(op) = data_op(wqe) {
-        return op;
-    }
-    match (wqe.opcode, payload) {
-        (op::LOCAL_INV, _) => WrOp::LocalInvalidate {
-            stag: wqe.imm_or_inv,
-        },
-        (op::BIND_MW, _) => WrOp::BindWindow(WindowBind {
-            stag: wqe.rkey,
-            kind: wqe.imm_or_inv as u8,
-            mr: wqe.operand1 as u32,
-            to: wqe.remote_addr,
-            len: wqe.operand0,
-            access: u32::from(wqe.op_flags),
-        }),
-        (o, Body::Sges(local)) if queue1_request(o) => queue1_op(wqe, local.as_slice().into()),
-        (o, Body::Inline { .. }) if queue1_request(o) => WrOp::Invalid("inline queue 1 request"),
-        _ => WrOp::Invalid("unsupported opcode on the send queue"),
-    }
-}
-
-/// A WQE of the Send family or an RDMA Write as the engine's work request.
-pub fn data_op(wqe: &SendWqe) -> Option<WrOp<Arc<[Sge]>>> {
-    let solicited = wqe.flags & wqe_flag::SOLICITED != 0;
-    Some(match wqe.opcode {
-        op::SEND | op::SEND_IMM | op::SEND_INV => WrOp::Send {
-            solicited,
-            invalidate: (wqe.opcode == op::SEND_INV).then_some(wqe.imm_or_inv),
-            imm: (wqe.opcode == op::SEND_IMM).then_some(wqe.imm_or_inv),
-        },
-        op::WRITE | op::WRITE_IMM => WrOp::Write {
-            stag: wqe.rkey,
-            to: wqe.remote_addr,
-            imm: (wqe.opcode == op::WRITE_IMM).then_some(wqe.imm_or_inv),
-            solicited,
-        },
-        _ => return None,
-    })
-}
-
-/// A queue 1 request; `local` is where its response lands.
-fn queue1_op(wqe: &SendWqe, local: Arc<[Sge]>) -> WrOp<Arc<[Sge]>> {
-    let (stag, to) = (wqe.rkey, wqe.remote_addr);
-    let atomic = |op| WrOp::Atomic {
-        op,
-        stag,
-        to,
-        result: local.clone(),
-    };
-    match wqe.opcode {
-        op::READ => {
-            let (sink_stag, sink_to) = local.first().map(|s| (s.lkey, s.addr)).unwrap_or((0, 0));
-            WrOp::Read {
-                stag,
-                to,
-                sink_stag,
-                sink_to,
-                sink: local,
-            }
-        }
-        op::FLUSH => WrOp::Flush {
-            stag,
-            to,
-            len: wqe.imm_or_inv,
-            flags: wqe.op_flags as u32,
-        },
-        op::VERIFY => {
-            let (hash, len) = verify_expected(wqe);
-            WrOp::Verify {
-                stag,
-                to,
-                len: wqe.imm_or_inv,
-                hash,
-                hash_len: len as u8,
-                result: local,
-            }
-        }
-        op::ATOMIC_WRITE => WrOp::AtomicWrite {
-            stag,
-            to,
-            value: wqe.operand0,
-        },
-        op::ATOMIC_FETCH_ADD => atomic(AtomicOp::FetchAdd { add: wqe.operand0 }),
-        op::ATOMIC_MASKED_FETCH_ADD => atomic(AtomicOp::MaskedFetchAdd {
-            add: wqe.operand0,
-            mask: wqe.mask0,
-        }),
-        op::ATOMIC_CMP_SWP => atomic(AtomicOp::CmpSwap {
-            compare: wqe.operand0,
-            swap: wqe.operand1,
-        }),
-        op::ATOMIC_MASKED_CMP_SWP => atomic(AtomicOp::MaskedCmpSwap {
-            compare: wqe.operand0,
-            compare_mask: wqe.mask0,
-            swap: wqe.operand1,
-            swap_mask: wqe.mask1,
-        }),
-        _ => atomic(AtomicOp::Swap { swap: wqe.operand1 }),
-    }
-}
-
-/// Work that is answered by the peer on queue 3 or 2 and counts against ORD.
-pub fn queue1_request(opcode: u8) -> bool {
-    matches!(
-        opcode,
-        op::READ
-            | op::ATOMIC_CMP_SWP
-            | op::ATOMIC_FETCH_ADD
-            | op::ATOMIC_MASKED_CMP_SWP
-            | op::ATOMIC_MASKED_FETCH_ADD
-            | op::ATOMIC_SWAP
-            | op::FLUSH
-            | op::VERIFY
-            | op::ATOMIC_WRITE
-    )
-}
-
-/// Keeps `hash` (at most [`VERIFY_MAX_HASH`] bytes) as the expected hash of a
-/// Verify WQE, in its operand words; [`verify_expected`] reads it back.
-pub fn set_verify_expected(wqe: &mut SendWqe, hash: &[u8]) {
-    let mut h = [0u8; VERIFY_MAX_HASH];
-    let n = hash.len().min(VERIFY_MAX_HASH);
-    h[..n].copy_from_slice(&hash[..n]);
-    let word = |k: usize| u64::from_ne_bytes(h[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
-    (wqe.operand0, wqe.operand1, wqe.mask0, wqe.mask1) = (word(0), word(1), word(2), word(3));
-    wqe.op_flags = n as u8;
-}
-
-/// The expected hash of a Verify WQE (bytes, length): kept in its operand words.
-pub fn verify_expected(wqe: &SendWqe) -> ([u8; VERIFY_MAX_HASH], usize) {
-    let mut h = [0u8; VERIFY_MAX_HASH];
-    for (k, w) in [wqe.operand0, wqe.operand1, wqe.mask0, wqe.mask1]
-        .iter()
-        .enumerate()
-    {
-        h[k * 8..k * 8 + 8].copy_from_slice(&w.to_ne_bytes());
-    }
-    (h, (wqe.op_flags as usize).min(VERIFY_MAX_HASH))
 }
 
 /// A QP's transmit side behind its lock. Whoever holds the lock transmits
@@ -743,38 +594,6 @@ impl Drop for TxGuard<'_> {
         drop(self.g.take());
         if self.cell.wanted() {
             self.cell.kick(self.qp);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The ring's opcodes are classified once for admission (`queue1_request`,
-    /// before the request is taken) and once by the engine (`WrOp::is_queue1`);
-    /// the two must agree for every opcode, or ORD would be miscounted.
-    #[test]
-    fn ring_and_engine_agree_on_queue1_requests() {
-        let sge = Sge {
-            addr: 0x1000,
-            length: 8,
-            lkey: 0x100,
-        };
-        for opcode in 0..=u8::MAX {
-            let wqe = SendWqe {
-                opcode,
-                length: 8,
-                ..Default::default()
-            };
-            let op = wr_op(&wqe, &Body::Sges(smallvec::smallvec![sge]));
-            let invalid = matches!(op, WrOp::Invalid(_));
-            assert!(
-                invalid || queue1_request(opcode) == op.is_queue1(),
-                "opcode {opcode}: ring says {}, engine {op:?}",
-                queue1_request(opcode)
-            );
-            assert_eq!(invalid, opcode > op::BIND_MW, "opcode {opcode}");
         }
     }
 }

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 
 use xiw_abi::driver::*;
-use xiw_abi::ring::{op, wqe_flag, Cqe, SendWqe, Sge};
+use xiw_abi::ring::{wqe_flag, Cqe, SendWqe, Sge};
 use xiw_abi::verbs::*;
+use xiw_engine::send::{AtomicOp, WindowBind};
 
 use crate::context::Shared;
 use crate::cq::Cq;
@@ -25,6 +26,7 @@ use crate::qp::core::QpCore;
 use crate::qp::{Caps, InlineBytes, Qp, SendBody, SgeList};
 use crate::srq::Srq;
 use crate::sysfs_tree;
+use crate::wqe;
 
 pub use xiw_abi::limits::{
     MAX_CQE, MAX_MR, MAX_MSG_SZ, MAX_PD, MAX_QP, MAX_SRQ, VENDOR_ID, VENDOR_PART_ID,
@@ -297,7 +299,7 @@ use wr::*;
 
 pub use device::device_attr;
 pub(crate) use mr::register_mr;
-pub(crate) use wr::{begin_dv, fail_batch, flush_flags, flush_wqe};
+pub(crate) use wr::{begin_dv, fail_batch, flush_flags};
 
 /// The ops table handed to libibverbs; entries left out answer EOPNOTSUPP.
 pub fn ops() -> verbs_context_ops {

@@ -61,20 +61,19 @@ pub(super) unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> i32 {
     })
 }
 
-/// Fills `wqe` in as the bind of `mw` under its new key `rkey` to what
-/// `info` names. `EINVAL` for a window of another device or type than
-/// `kind`, a key of another window, rights a window cannot grant, or a
-/// region missing for a range.
+/// The bind of `mw` under its new key `rkey` to what `info` names.
+/// `EINVAL` for a window of another device or type than `kind`, a key of
+/// another window, rights a window cannot grant, or a region missing for a
+/// range.
 ///
 /// # Safety
 /// `mw` is null or a window of this provider; `info.mr` is null or an MR.
-pub(crate) unsafe fn bind_wqe(
-    wqe: &mut SendWqe,
+pub(crate) unsafe fn window_bind(
     mw: *mut ibv_mw,
     kind: ibv_mw_type,
     rkey: u32,
     info: &ibv_mw_bind_info,
-) -> Result<(), i32> {
+) -> Result<WindowBind, i32> {
     if mw.is_null() {
         return Err(libc::EINVAL);
     }
@@ -99,14 +98,14 @@ pub(crate) unsafe fn bind_wqe(
         // SAFETY: per the contract.
         unsafe { (*info.mr).lkey }
     };
-    wqe.opcode = op::BIND_MW;
-    wqe.rkey = rkey;
-    wqe.imm_or_inv = kind;
-    wqe.remote_addr = info.addr;
-    wqe.operand0 = info.length;
-    wqe.operand1 = u64::from(lkey);
-    wqe.op_flags = access as u8;
-    Ok(())
+    Ok(WindowBind {
+        stag: rkey,
+        kind: kind as u8,
+        mr: lkey,
+        to: info.addr,
+        len: info.length,
+        access,
+    })
 }
 
 /// `ibv_bind_mw` (type 1): the window gets a new key, bound in send queue
@@ -123,15 +122,13 @@ pub(super) unsafe extern "C" fn bind_mw(
         // SAFETY: ours, and the caller's bind request.
         let (x, b, old) = unsafe { (qp_of(qp), &*bind, (*mw).rkey) };
         let rkey = old & !0xff | (old.wrapping_add(1) & 0xff);
-        let mut wqe = SendWqe {
-            wr_id: b.wr_id,
-            flags: wqe_flags(b.send_flags),
-            ..Default::default()
-        };
         // SAFETY: mw is ours; the bind names an MR or none.
-        if let Err(e) = unsafe { bind_wqe(&mut wqe, mw, IBV_MW_TYPE_1, rkey, &b.bind_info) } {
-            return e;
-        }
+        let bind = match unsafe { window_bind(mw, IBV_MW_TYPE_1, rkey, &b.bind_info) } {
+            Ok(bind) => bind,
+            Err(e) => return e,
+        };
+        let mut wqe = wqe::bind_mw(b.wr_id, &bind);
+        wqe.flags = wqe::flags(b.send_flags);
         let mut one = std::iter::once(Ok((wqe, SendBody::Sges(SgeList::new()))));
         match x.qp.post_send(&mut one) {
             Ok(()) => {

@@ -1,7 +1,7 @@
 //! Queue pairs: creation, state, posting.
 
 use super::*;
-use xiw_engine::send::NowOp;
+use crate::wqe::Payload;
 
 pub const SEND_OPS: u64 = (IBV_QP_EX_WITH_SEND
     | IBV_QP_EX_WITH_SEND_WITH_INV
@@ -429,49 +429,24 @@ pub(super) unsafe extern "C" fn query_qp(
     })
 }
 
-/// The WQE of a Send, Send with Invalidate or RDMA Write, with the request
-/// as the engine frames it at post time; for another opcode, a WQE with only
-/// the wr_id, and None.
+/// The WQE of a Send, Send with Invalidate or RDMA Write (the requests
+/// [`post_now`] may frame at once); None for another opcode.
 ///
 /// # Safety
 /// `w` is a valid WR.
-unsafe fn data_wqe(w: &ibv_send_wr) -> (SendWqe, Option<NowOp>) {
-    let mut wqe = SendWqe {
-        wr_id: w.wr_id,
-        ..Default::default()
-    };
-    let solicited = w.send_flags & IBV_SEND_SOLICITED != 0;
+#[inline]
+unsafe fn data_wqe(w: &ibv_send_wr) -> Option<SendWqe> {
     // SAFETY: reading the union member that matches the opcode.
-    let op = unsafe {
+    unsafe {
         match w.opcode {
-            IBV_WR_SEND => {
-                wqe.opcode = op::SEND;
-                NowOp::Send {
-                    solicited,
-                    invalidate: None,
-                }
-            }
+            IBV_WR_SEND => Some(wqe::send(w.wr_id)),
             IBV_WR_SEND_WITH_INV => {
-                wqe.opcode = op::SEND_INV;
-                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
-                NowOp::Send {
-                    solicited,
-                    invalidate: Some(wqe.imm_or_inv),
-                }
+                Some(wqe::send_inv(w.wr_id, w.__bindgen_anon_1.invalidate_rkey))
             }
-            IBV_WR_RDMA_WRITE => {
-                wqe.opcode = op::WRITE;
-                wqe.remote_addr = w.wr.rdma.remote_addr;
-                wqe.rkey = w.wr.rdma.rkey;
-                NowOp::Write {
-                    stag: wqe.rkey,
-                    to: wqe.remote_addr,
-                }
-            }
-            _ => return (wqe, None),
+            IBV_WR_RDMA_WRITE => Some(wqe::write(w.wr_id, w.wr.rdma.rkey, w.wr.rdma.remote_addr)),
+            _ => None,
         }
-    };
-    (wqe, Some(op))
+    }
 }
 
 /// Converts one `ibv_send_wr` into a WQE, checking it against the QP's limits.
@@ -482,95 +457,72 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
     }
     // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
     let sges = unsafe { sges(w.sg_list, n) };
+    let ext = q.sh.cfg.extensions;
+    let id = w.wr_id;
     // SAFETY: the caller's valid WR.
-    let (mut wqe, now) = unsafe { data_wqe(w) };
-    let done = now.is_some();
-    // SAFETY: reading the union member that matches the opcode.
-    unsafe {
-        match w.opcode {
-            _ if done => {}
-            IBV_WR_RDMA_READ => {
-                wqe.opcode = op::READ;
-                wqe.remote_addr = w.wr.rdma.remote_addr;
-                wqe.rkey = w.wr.rdma.rkey;
-            }
-            IBV_WR_LOCAL_INV => {
-                wqe.opcode = op::LOCAL_INV;
-                wqe.imm_or_inv = w.__bindgen_anon_1.invalidate_rkey;
-            }
-            IBV_WR_BIND_MW => {
-                let b = &w.__bindgen_anon_2.bind_mw;
-                // Only a type 2 window is bound by a work request.
-                bind_wqe(&mut wqe, b.mw, IBV_MW_TYPE_2, b.rkey, &b.bind_info)?;
-            }
-            IBV_WR_RDMA_WRITE_WITH_IMM if q.sh.cfg.extensions => {
-                wqe.opcode = op::WRITE_IMM;
-                wqe.remote_addr = w.wr.rdma.remote_addr;
-                wqe.rkey = w.wr.rdma.rkey;
-                wqe.imm_or_inv = w.__bindgen_anon_1.imm_data;
-            }
-            IBV_WR_SEND_WITH_IMM if q.sh.cfg.extensions => {
-                wqe.opcode = op::SEND_IMM;
-                wqe.imm_or_inv = w.__bindgen_anon_1.imm_data;
-            }
-            IBV_WR_ATOMIC_FETCH_AND_ADD if q.sh.cfg.extensions => {
-                wqe.opcode = op::ATOMIC_FETCH_ADD;
-                wqe.remote_addr = w.wr.atomic.remote_addr;
-                wqe.rkey = w.wr.atomic.rkey;
-                wqe.operand0 = w.wr.atomic.compare_add;
-            }
-            IBV_WR_ATOMIC_CMP_AND_SWP if q.sh.cfg.extensions => {
-                wqe.opcode = op::ATOMIC_CMP_SWP;
-                wqe.remote_addr = w.wr.atomic.remote_addr;
-                wqe.rkey = w.wr.atomic.rkey;
-                wqe.operand0 = w.wr.atomic.compare_add;
-                wqe.operand1 = w.wr.atomic.swap;
-            }
-            IBV_WR_ATOMIC_WRITE if q.sh.cfg.extensions => {
-                // The 8 bytes come from the SGE list and are taken now, as inline data is.
-                wqe.opcode = op::ATOMIC_WRITE;
-                wqe.remote_addr = w.wr.rdma.remote_addr;
-                wqe.rkey = w.wr.rdma.rkey;
-                let total: u64 = sges.iter().map(|s| s.length as u64).sum();
-                if total != 8 {
-                    return Err(libc::EINVAL);
+    let wqe = match unsafe { data_wqe(w) } {
+        Some(wqe) => wqe,
+        // SAFETY: reading the union member that matches the opcode.
+        None => unsafe {
+            match w.opcode {
+                IBV_WR_RDMA_READ => wqe::read(id, w.wr.rdma.rkey, w.wr.rdma.remote_addr),
+                IBV_WR_LOCAL_INV => wqe::local_inv(id, w.__bindgen_anon_1.invalidate_rkey),
+                IBV_WR_BIND_MW => {
+                    let b = &w.__bindgen_anon_2.bind_mw;
+                    // Only a type 2 window is bound by a work request.
+                    let bind = window_bind(b.mw, IBV_MW_TYPE_2, b.rkey, &b.bind_info)?;
+                    wqe::bind_mw(id, &bind)
                 }
-                let mut data = Vec::with_capacity(8);
-                for s in sges.iter().filter(|s| s.length > 0) {
-                    q.sh.mrs
-                        .read(
-                            s.lkey,
-                            q.by(),
-                            s.addr,
-                            s.length as usize,
-                            NEED_NONE,
-                            &mut data,
-                        )
-                        .map_err(|_| libc::EINVAL)?;
+                IBV_WR_RDMA_WRITE_WITH_IMM if ext => wqe::write_imm(
+                    id,
+                    w.wr.rdma.rkey,
+                    w.wr.rdma.remote_addr,
+                    w.__bindgen_anon_1.imm_data,
+                ),
+                IBV_WR_SEND_WITH_IMM if ext => wqe::send_imm(id, w.__bindgen_anon_1.imm_data),
+                IBV_WR_ATOMIC_FETCH_AND_ADD if ext => {
+                    let a = &w.wr.atomic;
+                    let add = a.compare_add;
+                    wqe::atomic(id, a.rkey, a.remote_addr, AtomicOp::FetchAdd { add })
                 }
-                wqe.operand0 = u64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
-                return finish_wqe(q, wqe, w.send_flags & !IBV_SEND_INLINE, SgeList::new());
+                IBV_WR_ATOMIC_CMP_AND_SWP if ext => {
+                    let a = &w.wr.atomic;
+                    let (compare, swap) = (a.compare_add, a.swap);
+                    wqe::atomic(
+                        id,
+                        a.rkey,
+                        a.remote_addr,
+                        AtomicOp::CmpSwap { compare, swap },
+                    )
+                }
+                IBV_WR_ATOMIC_WRITE if ext => {
+                    // The 8 bytes come from the SGE list and are taken now, as inline data is.
+                    let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+                    if total != 8 {
+                        return Err(libc::EINVAL);
+                    }
+                    let mut data = Vec::with_capacity(8);
+                    for s in sges.iter().filter(|s| s.length > 0) {
+                        q.sh.mrs
+                            .read(
+                                s.lkey,
+                                q.by(),
+                                s.addr,
+                                s.length as usize,
+                                NEED_NONE,
+                                &mut data,
+                            )
+                            .map_err(|_| libc::EINVAL)?;
+                    }
+                    let value = u64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
+                    let wqe = wqe::atomic_write(id, w.wr.rdma.rkey, w.wr.rdma.remote_addr, value);
+                    return finish_wqe(q, wqe, w.send_flags & !IBV_SEND_INLINE, SgeList::new());
+                }
+                _ => return Err(libc::EINVAL),
             }
-            _ => return Err(libc::EINVAL),
-        }
-    }
+        },
+    };
     finish_wqe(q, wqe, w.send_flags, SgeList::from_slice(sges))
-}
-
-/// The WQE flags for `ibv_send_flags` (all but inline, which is a way of
-/// posting, not of sending).
-pub(super) fn wqe_flags(flags: u32) -> u8 {
-    let mut f = 0;
-    if flags & IBV_SEND_SIGNALED != 0 {
-        f |= wqe_flag::SIGNALED;
-    }
-    if flags & IBV_SEND_SOLICITED != 0 {
-        f |= wqe_flag::SOLICITED;
-    }
-    if flags & IBV_SEND_FENCE != 0 {
-        f |= wqe_flag::FENCE;
-    }
-    f
 }
 
 /// The bytes an SGE of inline data names (no lkey applies).
@@ -598,28 +550,17 @@ pub(super) fn finish_wqe(
         return Err(libc::EINVAL);
     }
     wqe.length = total as u32;
-    match wqe.opcode {
+    let inline = flags & IBV_SEND_INLINE != 0;
+    let payload = wqe::payload(wqe.opcode);
+    match payload {
         // The original value comes back into exactly one 64-bit buffer.
-        op::ATOMIC_CMP_SWP
-        | op::ATOMIC_FETCH_ADD
-        | op::ATOMIC_MASKED_CMP_SWP
-        | op::ATOMIC_MASKED_FETCH_ADD
-        | op::ATOMIC_SWAP
-            if total != 8 || flags & IBV_SEND_INLINE != 0 =>
-        {
-            return Err(libc::EINVAL)
-        }
-        op::FLUSH | op::ATOMIC_WRITE if total != 0 => return Err(libc::EINVAL),
-        op::VERIFY if flags & IBV_SEND_INLINE != 0 => return Err(libc::EINVAL),
+        Payload::Original if total != 8 || inline => return Err(libc::EINVAL),
+        Payload::Empty if total != 0 => return Err(libc::EINVAL),
+        Payload::Hash if inline => return Err(libc::EINVAL),
         _ => {}
     }
-    wqe.flags |= wqe_flags(flags);
-    if flags & IBV_SEND_INLINE != 0
-        && matches!(
-            wqe.opcode,
-            op::SEND | op::SEND_INV | op::SEND_IMM | op::WRITE | op::WRITE_IMM
-        )
-    {
+    wqe.flags |= wqe::flags(flags);
+    if inline && payload == Payload::Data {
         if total > q.caps.max_inline as u64 {
             return Err(libc::EINVAL);
         }
@@ -647,8 +588,7 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
         return false;
     }
     // SAFETY: per the function contract.
-    let (mut wqe, op) = unsafe { data_wqe(w) };
-    let Some(op) = op else {
+    let Some(mut wqe) = (unsafe { data_wqe(w) }) else {
         return false;
     };
     // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
@@ -662,7 +602,10 @@ unsafe fn post_now(q: &Qp, w: &ibv_send_wr) -> bool {
         return false;
     }
     wqe.length = total as u32;
-    wqe.flags = wqe_flags(w.send_flags);
+    wqe.flags = wqe::flags(w.send_flags);
+    let Some(op) = wqe::now_op(&wqe) else {
+        return false;
+    };
     q.post_now(wqe, op, |out| {
         if inline {
             let mut at = 0;

@@ -77,20 +77,15 @@ pub(super) fn with_batch(q: *mut ibv_qp_ex, f: impl FnOnce(&XiwQp, &mut Batch)) 
     })
 }
 
-/// Starts a new WR with the wr_id and flags the application set on the QP.
-pub(super) fn begin(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
+/// Starts a new WR, made by `make` from the wr_id the application set on
+/// the QP, with the flags it set there.
+pub(super) fn begin(q: *mut ibv_qp_ex, make: impl FnOnce(u64) -> SendWqe) {
     with_batch(q, |x, b| {
         // SAFETY: ours; read only by the section's owner (this thread), who
         // set them for this WR.
         let (wr_id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
         b.seal(&x.qp, SgeList::new(), false);
-        let mut wqe = SendWqe {
-            wr_id,
-            opcode,
-            ..Default::default()
-        };
-        set(&mut wqe);
-        b.pending = Some((wqe, flags));
+        b.pending = Some((make(wr_id), flags));
     })
 }
 
@@ -160,29 +155,23 @@ pub(super) unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
 }
 
 pub(super) unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
-    begin(q, op::SEND, |_| {})
+    begin(q, wqe::send)
 }
 
 pub(super) unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, inv: u32) {
-    begin(q, op::SEND_INV, |w| w.imm_or_inv = inv)
+    begin(q, |id| wqe::send_inv(id, inv))
 }
 
 pub(super) unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    begin(q, op::WRITE, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-    })
+    begin(q, |id| wqe::write(id, rkey, addr))
 }
 
 pub(super) unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, addr: u64) {
-    begin(q, op::READ, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-    })
+    begin(q, |id| wqe::read(id, rkey, addr))
 }
 
 pub(super) unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
-    begin(q, op::LOCAL_INV, |w| w.imm_or_inv = rkey)
+    begin(q, |id| wqe::local_inv(id, rkey))
 }
 
 pub(super) unsafe extern "C" fn wr_bind_mw(
@@ -194,17 +183,9 @@ pub(super) unsafe extern "C" fn wr_bind_mw(
     if info.is_null() {
         return fail_batch(q, libc::EINVAL);
     }
-    let mut wqe = SendWqe::default();
     // SAFETY: the caller's window and bind information.
-    match unsafe { bind_wqe(&mut wqe, mw, IBV_MW_TYPE_2, rkey, &*info) } {
-        Ok(()) => begin(q, op::BIND_MW, |w| {
-            let (wr_id, flags) = (w.wr_id, w.flags);
-            *w = SendWqe {
-                wr_id,
-                flags,
-                ..wqe
-            };
-        }),
+    match unsafe { window_bind(mw, IBV_MW_TYPE_2, rkey, &*info) } {
+        Ok(bind) => begin(q, |id| wqe::bind_mw(id, &bind)),
         Err(e) => fail_batch(q, e),
     }
 }
@@ -215,15 +196,11 @@ pub(super) unsafe extern "C" fn wr_rdma_write_imm(
     addr: u64,
     imm: u32,
 ) {
-    begin(q, op::WRITE_IMM, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.imm_or_inv = imm;
-    })
+    begin(q, |id| wqe::write_imm(id, rkey, addr, imm))
 }
 
 pub(super) unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: u32) {
-    begin(q, op::SEND_IMM, |w| w.imm_or_inv = imm)
+    begin(q, |id| wqe::send_imm(id, imm))
 }
 
 pub(super) unsafe extern "C" fn wr_atomic_cmp_swp(
@@ -233,11 +210,8 @@ pub(super) unsafe extern "C" fn wr_atomic_cmp_swp(
     compare: u64,
     swap: u64,
 ) {
-    begin(q, op::ATOMIC_CMP_SWP, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.operand0 = compare;
-        w.operand1 = swap;
+    begin(q, |id| {
+        wqe::atomic(id, rkey, addr, AtomicOp::CmpSwap { compare, swap })
     })
 }
 
@@ -247,10 +221,8 @@ pub(super) unsafe extern "C" fn wr_atomic_fetch_add(
     addr: u64,
     add: u64,
 ) {
-    begin(q, op::ATOMIC_FETCH_ADD, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.operand0 = add;
+    begin(q, |id| {
+        wqe::atomic(id, rkey, addr, AtomicOp::FetchAdd { add })
     })
 }
 
@@ -267,11 +239,8 @@ pub(super) unsafe extern "C" fn wr_atomic_write(
     let mut v = [0u8; 8];
     // SAFETY: the verbs contract: `data` points at the 8 bytes to write, read now.
     unsafe { ptr::copy_nonoverlapping(data as *const u8, v.as_mut_ptr(), 8) };
-    begin(q, op::ATOMIC_WRITE, |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.operand0 = u64::from_ne_bytes(v);
-    })
+    let value = u64::from_ne_bytes(v);
+    begin(q, |id| wqe::atomic_write(id, rkey, addr, value))
 }
 
 /// `enum ibv_placement_type` (rdma-core 45 and later) and xiwdv's.
@@ -315,24 +284,15 @@ pub(super) unsafe extern "C" fn wr_flush(
     level: u8,
 ) {
     guard((), || match flush_flags(len, kind, level) {
-        Ok(flags) => begin(q, op::FLUSH, flush_wqe(rkey, addr, len, flags)),
+        // `len` fits 32 bits (see flush_flags).
+        Ok(flags) => begin(q, |id| wqe::flush(id, rkey, addr, len as u32, flags)),
         Err(_) => fail_batch(q, libc::EINVAL),
     })
 }
 
-/// Fills a Flush WQE (`len` fits 32 bits: see [`flush_flags`]).
-pub(crate) fn flush_wqe(rkey: u32, addr: u64, len: usize, flags: u8) -> impl FnOnce(&mut SendWqe) {
-    move |w| {
-        w.rkey = rkey;
-        w.remote_addr = addr;
-        w.imm_or_inv = len as u32;
-        w.op_flags = flags;
-    }
-}
-
 /// Starts an xiw-only WR (xiwdv.h) on a QP the caller says is xiw's.
-pub(crate) fn begin_dv(q: *mut ibv_qp_ex, opcode: u8, set: impl FnOnce(&mut SendWqe)) {
-    begin(q, opcode, set)
+pub(crate) fn begin_dv(q: *mut ibv_qp_ex, make: impl FnOnce(u64) -> SendWqe) {
+    begin(q, make)
 }
 
 /// Makes the next wr_complete on `q` fail with `err`.
