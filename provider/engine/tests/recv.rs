@@ -762,6 +762,16 @@ fn cases() -> Vec<Case> {
             f[2] ^= 0x01;
             p.reseal(f)
         }),
+        c(
+            "tagged DDP version 0, not last",
+            Cause::DDP_T_INVALID_VERSION,
+            |p| {
+                // The control byte of a Write's header: T set, L clear, DV 0.
+                let mut f = p.tagged(Op::Write, BUF, BUF_IOVA, false, b"x");
+                f[2] = ddp::FLAG_TAGGED;
+                p.reseal(f)
+            },
+        ),
         c("untagged DDP version", Cause::DDP_U_INVALID_VERSION, |p| {
             let mut f = p.send(b"x", 64);
             f[2] ^= 0x01;
@@ -968,6 +978,193 @@ fn every_violation_ends_in_its_terminate_with_the_headers_copied() {
                     case.name
                 );
             }
+        }
+    }
+}
+
+/// The opcodes of messages that reference a tagged buffer (RFC 5040
+/// sections 5.1 and 5.2.2), and of those that reference an untagged one on
+/// the queue their opcode names (sections 5.2.1, 5.3 and 5.4, RFC 7306
+/// sections 5.2 and 6, draft-talpey-rdma-commit section 3.1).
+const TAGGED_OPS: [rdmap::Opcode; 2] = [rdmap::Opcode::Write, rdmap::Opcode::ReadResponse];
+const UNTAGGED_OPS: [rdmap::Opcode; 16] = {
+    use rdmap::Opcode as Op;
+    [
+        Op::Send,
+        Op::SendInvalidate,
+        Op::SendSolicited,
+        Op::SendSolicitedInvalidate,
+        Op::ReadRequest,
+        Op::Terminate,
+        Op::ImmediateData,
+        Op::ImmediateDataSolicited,
+        Op::AtomicRequest,
+        Op::AtomicResponse,
+        Op::FlushRequest,
+        Op::FlushResponse,
+        Op::VerifyRequest,
+        Op::VerifyResponse,
+        Op::AtomicWriteRequest,
+        Op::AtomicWriteResponse,
+    ]
+};
+
+/// An RDMA Write whose DDP header has the tagged flag clear, built by hand:
+/// MPA framing (with or without CRC) around an untagged DDP header on queue
+/// 0 with the MSN the queue expects, MO 0, and the Write opcode in the
+/// RDMAP control byte. Answered with the RDMAP error "unexpected opcode"
+/// (layer RDMAP, remote operation error), the whole 18-octet header it came
+/// with copied (D set), never as a tagged buffer error: in the steady state
+/// (where the commonest headers are known by their bytes), after a Send and
+/// after a ready-to-receive message, as that message itself where a
+/// zero-length Write was agreed, with payloads from none to ones placed in
+/// place, delivered whole or in pieces. Nothing is placed and no receive or
+/// Read completes.
+#[test]
+fn an_untagged_rdma_write_is_an_unexpected_opcode_with_its_18_octet_header() {
+    for (phase, rtr, msn) in [
+        ("steady state", mpa::Rtr::None, 1),
+        ("after a Send", mpa::Rtr::None, 2),
+        (
+            "after the agreed zero-length Write",
+            mpa::Rtr::ZeroLengthWrite,
+            1,
+        ),
+        (
+            "after the agreed zero-length Send",
+            mpa::Rtr::ZeroLengthSend,
+            2,
+        ),
+        (
+            "as the first FPDU, a zero-length Write agreed",
+            mpa::Rtr::ZeroLengthWrite,
+            1,
+        ),
+        (
+            "as the first FPDU, a zero-length Read agreed",
+            mpa::Rtr::ZeroLengthRead,
+            1,
+        ),
+    ] {
+        for crc in [false, true] {
+            for n in [0, 1, 2, 8, 15, 16, 17, 100, 1000, 3000] {
+                for last in [true, false] {
+                    let peer = Peer::new(crc);
+                    let mut head = Vec::new();
+                    match phase {
+                        "after a Send" => head = Peer::new(crc).send(b"good", 64),
+                        "after the agreed zero-length Write" => {
+                            head = peer.tagged(rdmap::Opcode::Write, 0, 0, true, &[])
+                        }
+                        "after the agreed zero-length Send" => head = Peer::new(crc).send(&[], 64),
+                        _ => {}
+                    }
+                    let frame = peer.untagged_at(
+                        rdmap::Opcode::Write,
+                        ddp::QN_SEND,
+                        msn,
+                        0,
+                        last,
+                        0,
+                        &pattern(n, 7),
+                    );
+                    let sent = &frame[mpa::LEN_FIELD_LEN..][..ddp::UNTAGGED_HDR_LEN];
+                    assert_eq!(sent[0], (last as u8) << 6 | ddp::DDP_VERSION, "T clear");
+                    assert_eq!(sent[1], ctrl(rdmap::Opcode::Write));
+                    let name = format!("{phase}, crc {crc}, {n} bytes, last {last}");
+                    wrong_model(crc, rtr, &head, &frame, sent, &name);
+                }
+            }
+        }
+    }
+}
+
+/// Every other opcode on a segment of the buffer model its message does not
+/// use: a Read Response untagged, and a Send (each variant), Read Request,
+/// Terminate, Immediate Data, atomic or commit request or response tagged.
+/// Each is the RDMAP "unexpected opcode" error with the whole DDP header it
+/// came with copied: 18 octets untagged, 14 tagged (RFC 5040 section 7.2:
+/// the opcode must be valid; 4.8: the Terminated DDP Header is the
+/// segment's own).
+#[test]
+fn any_opcode_on_a_segment_of_the_other_buffer_model_is_unexpected() {
+    for crc in [false, true] {
+        for n in [0, 8, 28, 100, 1000] {
+            for op in TAGGED_OPS {
+                let frame = Peer::new(crc).untagged_at(op, 0, 1, 0, true, 0, &pattern(n, 3));
+                let sent = &frame[2..2 + ddp::UNTAGGED_HDR_LEN];
+                wrong_model(
+                    crc,
+                    mpa::Rtr::None,
+                    &[],
+                    &frame,
+                    sent,
+                    &format!("untagged {op:?}"),
+                );
+            }
+            for op in UNTAGGED_OPS {
+                let frame = Peer::new(crc).tagged(op, BUF, BUF_IOVA, true, &pattern(n, 3));
+                let sent = &frame[2..2 + ddp::TAGGED_HDR_LEN];
+                assert_eq!(sent[0] & ddp::FLAG_TAGGED, ddp::FLAG_TAGGED);
+                wrong_model(
+                    crc,
+                    mpa::Rtr::None,
+                    &[],
+                    &frame,
+                    sent,
+                    &format!("tagged {op:?}"),
+                );
+            }
+        }
+    }
+}
+
+/// Feeds `head` (good frames) then `frame` to a receiver with `rtr` awaited
+/// (and CRCs if `crc`),
+/// whole and in pieces, with payloads placed in place and buffered, a
+/// receive posted and a Read outstanding whose sink a tagged segment names,
+/// and checks that `frame` ends the stream with the RDMAP "unexpected
+/// opcode" Terminate copying `sent`, having placed and completed nothing.
+fn wrong_model(crc: bool, rtr: mpa::Rtr, head: &[u8], frame: &[u8], sent: &[u8], name: &str) {
+    for inplace_min in [0, 16] {
+        for chunk in [usize::MAX, 1, 7, 20] {
+            let mut s = sim();
+            post(&mut s, 1, &[(12288, 4096)]);
+            s.orq.push_back(Outstanding::Read(PendingRead {
+                sq_idx: 7,
+                sink_stag: BUF,
+                sink_to: BUF_IOVA,
+                sink: vec![(LOC, 12288, 4000)],
+                length: 4000,
+                received: 0,
+            }));
+            let mut rx = Receiver::new(Params {
+                rtr,
+                inplace_min,
+                ..params(crc)
+            });
+            feed(&mut rx, &mut s, head, chunk).unwrap();
+            let (completed, before) = (s.completed.clone(), s.arena.clone());
+            let name = format!("{name}, in place from {inplace_min}, pieces of {chunk}");
+            let f = feed(&mut rx, &mut s, frame, chunk).expect_err(&name);
+            let (got, t) = cause(&f);
+            assert_eq!(got, Cause::RDMAP_OP_UNEXPECTED_OPCODE, "{name}: {}", f.why);
+            assert_eq!(t.layer, xiw_engine::wire::terminate::LAYER_RDMAP);
+            assert_eq!(
+                t.etype,
+                xiw_engine::wire::terminate::RDMAP_ETYPE_REMOTE_OPERATION
+            );
+            assert_eq!(
+                t.ecode,
+                xiw_engine::wire::terminate::RDMAP_ECODE_UNEXPECTED_OPCODE
+            );
+            assert!(t.hdrct_d, "{name}: the DDP header is copied");
+            assert!(!t.hdrct_r, "{name}: no RDMA header is copied");
+            assert_eq!(t.ddp_header, sent, "{name}: the header as it came");
+            assert_eq!(s.arena, before, "{name}: nothing placed");
+            assert_eq!(s.completed, completed, "{name}: nothing completed");
+            assert!(s.answered.is_empty(), "{name}: the Read is not answered");
+            assert!(s.irq.is_empty(), "{name}: nothing queued");
         }
     }
 }

@@ -360,6 +360,9 @@ impl<R> Receiver<R> {
         ulpdu: &[u8],
     ) -> Option<Result<(), Box<Fail>>> {
         const LAST: u8 = ddp::FLAG_LAST | ddp::DDP_VERSION;
+        // Each byte value a constant of its own: in a pattern, `A | B` is
+        // either of two values, not their bits together.
+        const TAGGED_LAST: u8 = ddp::FLAG_TAGGED | LAST;
         const RV: u8 = rdmap::RDMAP_VERSION << 6;
         const SEND: u8 = RV | rdmap::Opcode::Send as u8;
         const SEND_SE: u8 = RV | rdmap::Opcode::SendSolicited as u8;
@@ -383,7 +386,7 @@ impl<R> Receiver<R> {
                 };
                 Some(self.send(host, op, be32(2), 0, true, payload, dhdr))
             }
-            [ddp::FLAG_TAGGED | LAST, WRITE, ..] if ulpdu.len() >= ddp::TAGGED_HDR_LEN => {
+            [TAGGED_LAST, WRITE, ..] if ulpdu.len() >= ddp::TAGGED_HDR_LEN => {
                 let stag = be32(2);
                 let to = wire::be::u64_at(ulpdu, 6..14);
                 self.previous_write();
@@ -430,7 +433,10 @@ impl<R> Receiver<R> {
         let rtr = std::mem::replace(&mut self.rtr, mpa::Rtr::None);
         host.may_transmit();
         if rtr != mpa::Rtr::ZeroLengthSend {
-            return Ok(opcode == Some(rdmap::Opcode::Write) && payload.is_empty());
+            // The agreed zero-length RDMA Write is tagged, as every Write is.
+            let agreed =
+                hdr.kind.is_tagged() && opcode == Some(rdmap::Opcode::Write) && payload.is_empty();
+            return Ok(agreed);
         }
         // The agreed zero-length Send is the stream's, never the
         // application's: it takes the first MSN of queue 0 and no receive.
@@ -557,5 +563,121 @@ impl<R> Receiver<R> {
     #[inline(always)]
     fn previous_write(&mut self) -> Option<u64> {
         self.after_write.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The steady state's fast path against the general decode: for every value
+    //! of the two control bytes a header starts with, on a tagged-looking and an
+    //! untagged-looking rest of header, [`Receiver::steady`] takes exactly the
+    //! headers it is meant to know, and what it does with them ends as
+    //! [`Receiver::decoded`] (the general path alone) does: the same Terminate,
+    //! the same memory, completions and receive state.
+
+    use super::*;
+    use crate::fault::Status;
+    use crate::queue1::access;
+    use crate::sim::{RecvOutcome, Sim, SimRecv};
+
+    const BUF: u32 = 0x100;
+    const BUF_IOVA: u64 = 0x1000;
+    const LOC: u32 = 0x300;
+
+    fn sim() -> Sim {
+        let mut s = Sim::new(1024, 0xee);
+        s.register(BUF, 0, 512, BUF_IOVA, access::REMOTE_WRITE);
+        s.register(LOC, 512, 512, 512, access::LOCAL_WRITE);
+        s.recvs.push_back(SimRecv {
+            wr_id: 1,
+            sges: vec![(LOC, 512, 64)],
+        });
+        s
+    }
+
+    /// What a receiver and its host were left with.
+    #[derive(Debug, PartialEq)]
+    struct End {
+        term: Option<Vec<u8>>,
+        rq_status: Option<Status>,
+        arena: Vec<u8>,
+        completed: Vec<(u64, RecvOutcome)>,
+        msn: [u32; 4],
+        after_write: Option<u64>,
+        write_len: u64,
+        receiving: bool,
+    }
+
+    /// How `ulpdu` ends, through the fast path if `fast` and it takes it (and
+    /// whether it did), else through the general decode.
+    fn run(ulpdu: &[u8], fast: bool) -> (End, bool) {
+        let mut s = sim();
+        let mut rx = Receiver::<SimRecv>::new(Params {
+            access: u32::MAX,
+            extensions: true,
+            ..Params::default()
+        });
+        let steady = if fast { rx.steady(&mut s, ulpdu) } else { None };
+        let took = steady.is_some();
+        let r = match steady {
+            Some(r) => r.map_err(|f| *f),
+            None => rx.decoded(&mut s, ulpdu),
+        };
+        let (term, rq_status) = match r {
+            Ok(()) => (None, None),
+            Err(f) => (Some(f.term.unwrap_or_default()), f.rq_status),
+        };
+        let end = End {
+            term,
+            rq_status,
+            arena: s.arena,
+            completed: s.completed,
+            msn: rx.msn,
+            after_write: rx.after_write,
+            write_len: rx.write_len,
+            receiving: rx.cur.is_some(),
+        };
+        (end, took)
+    }
+
+    #[test]
+    fn the_fast_path_ends_as_the_general_decode_does() {
+        let mut tagged = vec![0u8; 20];
+        tagged[2..6].copy_from_slice(&BUF.to_be_bytes());
+        tagged[6..14].copy_from_slice(&(BUF_IOVA + 8).to_be_bytes());
+        tagged[14..].copy_from_slice(b"abcdef");
+        // ULP word 0, QN 0, MSN 1, MO 0.
+        let mut untagged = vec![0u8; 24];
+        untagged[13] = 1;
+        untagged[18..].copy_from_slice(b"ghijkl");
+        let mut taken = Vec::new();
+        for rest in [&tagged, &untagged] {
+            for b0 in 0..=255u8 {
+                for b1 in 0..=255u8 {
+                    let mut ulpdu = rest.clone();
+                    ulpdu[0] = b0;
+                    ulpdu[1] = b1;
+                    let (fast, took) = run(&ulpdu, true);
+                    let (general, _) = run(&ulpdu, false);
+                    assert_eq!(fast, general, "{b0:#04x} {b1:#04x}");
+                    if took {
+                        taken.push((ulpdu.len(), b0, b1, fast.term.is_none()));
+                    }
+                }
+            }
+        }
+        // The last segment of an RDMA Write (T, L, DV 1; RV 1, opcode 0), placed
+        // (or, on the untagged-looking rest, refused for its STag 0), and a whole
+        // Send and Send with Solicited Event (L, DV 1; RV 1, opcode 3 or 5), and
+        // nothing else.
+        assert_eq!(
+            taken,
+            vec![
+                (20, 0xc1, 0x40, true),
+                (24, 0x41, 0x43, true),
+                (24, 0x41, 0x45, true),
+                (24, 0xc1, 0x40, false),
+            ]
+        );
     }
 }
