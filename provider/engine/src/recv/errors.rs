@@ -18,8 +18,20 @@ pub(super) fn crc_error() -> Fail {
 /// (RFC 5041 section 7.2).
 #[cold]
 pub(super) fn bad_ddp_version(ulpdu: &[u8]) -> Fail {
-    let cause = Cause::ddp_bad_version(ddp::is_tagged(ulpdu) == Some(true));
-    Fail::terminate(cause, Some(ulpdu), None, "bad DDP version")
+    let tagged = ddp::is_tagged(ulpdu) == Some(true);
+    let hlen = if tagged {
+        ddp::TAGGED_HDR_LEN
+    } else {
+        ddp::UNTAGGED_HDR_LEN
+    };
+    // The header alone is copied, never payload.
+    let dhdr = &ulpdu[..hlen.min(ulpdu.len())];
+    Fail::terminate(
+        Cause::ddp_bad_version(tagged),
+        Some(dhdr),
+        None,
+        "bad DDP version",
+    )
 }
 
 /// A segment shorter than its DDP header.
