@@ -22,7 +22,6 @@ pub mod netdev;
 pub mod odp;
 pub mod persist;
 mod private_data;
-pub mod progress;
 pub mod qp;
 pub mod queue;
 pub mod rdma_core;

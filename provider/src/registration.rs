@@ -161,7 +161,7 @@ unsafe extern "C" fn alloc_context(
         let mut cm_ev = None;
         let mut drv = xiw_abi::kernel::AllocUcontextResp::default();
         if kernel {
-            cm_ev = crate::context::eventfd().ok();
+            cm_ev = crate::context::reactor::eventfd().ok();
             let fd = cm_ev.as_ref().map_or(-1, |e| e.as_raw_fd());
             // SAFETY: vctx was just made on the device's command fd.
             let got = unsafe { lib.get_context(vctx, fd) };
@@ -181,7 +181,8 @@ unsafe extern "C" fn alloc_context(
                 return ptr::null_mut();
             }
         }
-        let (mut sh, async_r) = match Shared::new(info, Config::from_env()) {
+        let kernel_cmd = kernel.then(|| crate::kernel::Kernel::new(cmd_fd));
+        let (mut sh, async_r) = match Shared::new(info, Config::from_env(), kernel_cmd) {
             Ok(v) => v,
             Err(e) => {
                 if crate::log::env_debug() {
@@ -196,14 +197,13 @@ unsafe extern "C" fn alloc_context(
             }
         };
         if kernel {
-            sh.kernel = Some(crate::kernel::Kernel::new(cmd_fd));
             if drv.events_len > 0 {
                 match crate::events_page::StreamEvents::map(
                     cmd_fd,
                     drv.events_offset,
                     drv.events_len as usize,
                 ) {
-                    Ok(ev) => sh.stream_events = Some(ev),
+                    Ok(ev) => sh.kernel_events.page = Some(ev),
                     Err(e) => crate::log::warn(
                         &sh.log,
                         format_args!(
@@ -213,7 +213,7 @@ unsafe extern "C" fn alloc_context(
                 }
             }
             if let Some(ev) = cm_ev {
-                if let Err(e) = sh.watch_kernel_cm(ev) {
+                if let Err(e) = sh.kernel_events.watch_cm(ev, &sh.reactor) {
                     crate::log::warn(
                         &sh.log,
                         format_args!("rdma_cm connections cannot reach this context: {e}"),
@@ -226,7 +226,7 @@ unsafe extern "C" fn alloc_context(
         let worker = sh.clone();
         let thread = std::thread::Builder::new()
             .name("xiw-progress".into())
-            .spawn(move || crate::progress::run(worker));
+            .spawn(move || crate::context::reactor::run(worker));
         let thread = match thread {
             Ok(t) => t,
             Err(_) => {
@@ -266,11 +266,10 @@ pub(crate) unsafe extern "C" fn free_context(ibctx: *mut ibv_context) {
         let ctx = unsafe { XiwContext::of(ibctx) };
         // SAFETY: set in alloc_context; taken back exactly once here.
         let (sh, thread) = unsafe { (Arc::from_raw((*ctx).sh), Box::from_raw((*ctx).progress)) };
-        sh.settle_closing();
-        sh.shutdown.store(true, Ordering::Release);
-        sh.wake();
+        sh.listener.settle_closing();
+        sh.reactor.stop();
         let _ = thread.join();
-        sh.stop_media();
+        sh.media.stop();
         sh.log.vctx.store(0, Ordering::Release);
         drop(sh);
         // SAFETY: undo _verbs_init_and_alloc_context (whose helpers were

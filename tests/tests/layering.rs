@@ -136,7 +136,6 @@ const LAYERS: &[(&str, Layer)] = &[
     ("registration", Layer::Ffi),
     ("qp", Layer::Driver),
     ("context", Layer::Driver),
-    ("progress", Layer::Driver),
     ("cq", Layer::Driver),
     ("srq", Layer::Driver),
     ("queue", Layer::Driver),

@@ -133,7 +133,7 @@ impl Cm {
         }
         self.peer = Some((peer_addr, peer_qpn));
         self.deadline = Some(Instant::now() + sh.cfg.connect_timeout);
-        sh.add_timer(qp.qpn);
+        sh.reactor.add_timer(&sh.qps, qp.qpn);
         self.initiator = me < (peer_addr, peer_qpn);
         if self.initiator {
             self.turn_away(qp, |_| true);
@@ -158,7 +158,7 @@ impl Cm {
             _ => {}
         }
         let fd = OwnedFd::from(s);
-        sh.watch_cm(fd.as_raw_fd(), qp.qpn, true, true)?;
+        sh.reactor.watch_cm(fd.as_raw_fd(), qp.qpn, true, true)?;
         self.sock = Some(fd);
         self.phase = Phase::Connecting;
         Ok(())
@@ -189,6 +189,7 @@ impl Cm {
         }
         if qp
             .sh
+            .reactor
             .watch_cm(fd.as_raw_fd(), qp.qpn, false, false)
             .is_err()
         {
@@ -230,7 +231,7 @@ impl Cm {
             discard(&qp.sh, old);
         }
         // In the progress thread's set (establish then watches its data).
-        if let Err(e) = qp.sh.watch_cm(fd.as_raw_fd(), qp.qpn, false, true) {
+        if let Err(e) = qp.sh.reactor.watch_cm(fd.as_raw_fd(), qp.qpn, false, true) {
             crate::log::warn(
                 &qp.sh.log,
                 format_args!("qp {}: cannot watch rdma_cm's stream: {e}", qp.qpn),
@@ -271,6 +272,7 @@ impl Cm {
                 self.send_request(qp)
                     .map_err(|e| format!("sending MPA request: {e}"))?;
                 qp.sh
+                    .reactor
                     .watch_cm(fd, qp.qpn, false, false)
                     .map_err(|e| e.to_string())?;
                 self.phase = Phase::AwaitReply;
@@ -472,7 +474,7 @@ impl Cm {
         self.drop_sock(qp);
         self.phase = Phase::AwaitRequest;
         self.linger_until = None;
-        qp.sh.add_timer(qp.qpn);
+        qp.sh.reactor.add_timer(&qp.sh.qps, qp.qpn);
     }
 
     /// The tentative stream failed before the initiator's first FPDU: that
@@ -575,22 +577,23 @@ impl Cm {
         }
         if self.linger_until.is_none() {
             self.linger_until = Some(Instant::now() + qp.sh.cfg.linger);
-            qp.sh.add_timer(qp.qpn);
+            qp.sh.reactor.add_timer(&qp.sh.qps, qp.qpn);
         }
         true
     }
 
     /// Ends the stream: an established one gracefully (the context sends what
     /// is queued, then FIN, and keeps reading until the peer's FIN, see
-    /// [`Shared::close_gracefully`], so no byte already reported sent is lost to
-    /// a reset); one still being set up, and every held one, with a reset, so
-    /// the peer learns at once that this attempt is over. The caller has made
-    /// sure the data path no longer uses the descriptor.
+    /// [`Listener::close_gracefully`](crate::context::listener::Listener::close_gracefully),
+    /// so no byte already reported sent is lost to a reset); one still being
+    /// set up, and every held one, with a reset, so the peer learns at once
+    /// that this attempt is over. The caller has made sure the data path no
+    /// longer uses the descriptor.
     pub fn close(&mut self, sh: &Shared) {
         if let Some(s) = self.sock.take() {
             if self.phase == Phase::Established {
-                sh.unwatch(s.as_raw_fd());
-                sh.close_gracefully(s);
+                sh.reactor.unwatch(s.as_raw_fd());
+                sh.listener.close_gracefully(s, &sh.reactor);
             } else {
                 discard(sh, s);
             }
@@ -626,13 +629,13 @@ impl Cm {
 /// Turns a held connection away with the MPA reject, then drops it.
 fn refuse(qp: &QpCore, sock: OwnedFd) {
     send_reject(sock.as_raw_fd());
-    qp.sh.unwatch(sock.as_raw_fd());
+    qp.sh.reactor.unwatch(sock.as_raw_fd());
 }
 
 /// Stops watching a stream and closes it with a reset (SO_LINGER 0): for
 /// connections that never carried data, so nothing reported sent can be lost.
 fn discard(sh: &Shared, sock: OwnedFd) {
-    sh.unwatch(sock.as_raw_fd());
+    sh.reactor.unwatch(sock.as_raw_fd());
     let _ = SockRef::from(&sock).set_linger(Some(Duration::ZERO));
 }
 

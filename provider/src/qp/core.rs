@@ -68,7 +68,8 @@ pub struct QpCore {
     pub sq: Ring,
     pub rq: Option<Ring>,
     /// Serialises the producers of `sq` (and a reset emptying it); holds
-    /// the count of posts (see [`Shared::note_app_cpu_sometimes`]).
+    /// the count of posts (see
+    /// [`AppCpu::note_sometimes`](crate::context::app_cpu::AppCpu::note_sometimes)).
     pub sq_post: parking_lot::Mutex<u32>,
     /// Serialises the producers of `rq` (and those emptying it).
     pub rq_post: parking_lot::Mutex<()>,
@@ -108,7 +109,7 @@ impl QpCore {
         caps: Caps,
         sq_sig_all: bool,
     ) -> std::io::Result<QpCore> {
-        let qpn = sh.alloc_qpn()?;
+        let qpn = sh.listener.alloc_qpn(&sh.reactor)?;
         let guard = QpnGuard { sh: &sh, qpn };
         let sq = Ring::new(
             ring::RING_KIND_SQ,
@@ -176,7 +177,7 @@ impl QpCore {
     ) -> Result<(), (usize, i32)> {
         let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
         let mut posts = self.sq_post.lock();
-        self.sh.note_app_cpu_sometimes(&mut posts);
+        self.sh.app_cpu.note_sometimes(&mut posts);
         // Posting is allowed from INIT on; the WQEs wait for the connection (IB
         // verbs 11.4.1.1). Checked under the lock: a reset sets RESET before it
         // empties the ring under it, so nothing posted here outlives the reset.
@@ -245,7 +246,7 @@ impl QpCore {
             Some(srq) => {
                 let (job, fired) = srq.take()?;
                 if fired {
-                    self.sh.srq_limit_event(srq.id);
+                    self.sh.async_events.srq_limit_event(srq.id);
                 }
                 Some(job)
             }
@@ -260,14 +261,14 @@ impl QpCore {
         if !self.evented.load(Ordering::Acquire) {
             return None;
         }
-        Some((self.sh.stream_events.as_ref()?, *self.ev_slot.get()?))
+        Some((self.sh.kernel_events.page.as_ref()?, *self.ev_slot.get()?))
     }
 
     /// Which events of the stream `fd` the progress thread waits for (none
     /// for a stream whose events the module marks).
     pub fn watch_stream(&self, fd: i32, input: bool, out: bool) {
         if self.stream_events().is_none() {
-            self.sh.watch_data(fd, self.qpn, input, out);
+            self.sh.reactor.watch_data(fd, self.qpn, input, out);
         }
     }
 
@@ -275,9 +276,9 @@ impl QpCore {
     /// input, or, for a stream whose events the module marks, forgets it.
     pub fn watch_stream_new(&self, fd: i32) {
         if self.stream_events().is_some() {
-            self.sh.unwatch(fd);
+            self.sh.reactor.unwatch(fd);
         } else {
-            let _ = self.sh.watch_data_new(fd, self.qpn);
+            let _ = self.sh.reactor.watch_data_new(fd, self.qpn);
         }
     }
 
@@ -321,7 +322,7 @@ impl QpCore {
     #[inline]
     pub fn push_cqe(&self, cq: &Cq, cqe: Cqe) {
         if !cq.push(cqe) {
-            self.sh.cq_overflow(cq.id);
+            self.sh.async_events.cq_overflow(&self.sh.log, cq.id);
         }
     }
 
@@ -345,7 +346,7 @@ impl QpCore {
         if d.is_none() {
             *d = Some(f);
             drop(d);
-            self.sh.defer_fail(self.qpn);
+            self.sh.reactor.defer_fail(self.qpn);
         }
     }
 }
@@ -358,13 +359,13 @@ struct QpnGuard<'a> {
 
 impl Drop for QpnGuard<'_> {
     fn drop(&mut self) {
-        self.sh.free_qpn(self.qpn);
+        self.sh.listener.free_qpn(self.qpn, &self.sh.reactor);
     }
 }
 
 impl Drop for QpCore {
     fn drop(&mut self) {
-        self.sh.free_qpn(self.qpn);
+        self.sh.listener.free_qpn(self.qpn, &self.sh.reactor);
     }
 }
 

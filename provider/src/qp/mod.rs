@@ -135,7 +135,7 @@ impl Qp {
         fill: impl FnOnce(&mut [u8]) -> Result<(), AccessError>,
     ) -> bool {
         let mut posts = self.sq_post.lock();
-        self.sh.note_app_cpu_sometimes(&mut posts);
+        self.sh.app_cpu.note_sometimes(&mut posts);
         if self.state() != IBV_QPS_RTS {
             return false;
         }
@@ -249,7 +249,7 @@ impl Qp {
                 }
             }
             if !self.destroyed.load(Ordering::Acquire) {
-                self.sh.qp_event(&self.handle, event);
+                self.sh.async_events.qp_event(&self.handle, event);
             }
         }
         self.flush();
@@ -263,13 +263,15 @@ impl Qp {
         if self.destroyed.load(Ordering::Acquire) {
             return;
         }
-        self.sh.note_app_cpu();
+        self.sh.app_cpu.note();
         if let Some((ev, slot)) = self.stream_events() {
             // The module marked what happened on the stream: nothing, and
             // there is nothing to ask the socket.
             let bits = ev.take(slot);
             if bits == 0 {
-                self.sh.assist_marked();
+                self.sh
+                    .kernel_events
+                    .assist_marked(&self.sh.qps, &self.sh.log);
                 return;
             }
             ev.hint(slot, xiw_abi::events::HINT_APP);
@@ -389,7 +391,7 @@ impl Qp {
                     // got here meanwhile.
                     self.lock_terminating()
                         .get_or_insert((Instant::now() + TERMINATE_WAIT, f));
-                    self.sh.add_timer(self.qpn);
+                    self.sh.reactor.add_timer(&self.sh.qps, self.qpn);
                     return;
                 }
             }

@@ -294,7 +294,7 @@ impl recv::Host for Placer<'_> {
     fn invalidate(&mut self, stag: u32) -> Result<(), AccessError> {
         let qp = self.qp;
         // Shared on several streams: another QP of the protection domain.
-        let mut shared = || qp.sh.pd_qp_count(qp.pd) > 1;
+        let mut shared = || qp.sh.qps.pd_count(qp.pd) > 1;
         qp.sh.mrs.invalidate_remote(stag, qp.by(), &mut shared)
     }
 

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 
 use xiw_abi::verbs::*;
 
-use crate::context::NO_EVENT;
+use crate::context::async_events::NO_EVENT;
 use crate::log;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
 use crate::sysfs_tree;

@@ -473,8 +473,8 @@ impl send::SendHost for SqHost<'_> {
         let qp = self.qp;
         // Unique in the context: a job of a destroyed or reset QP can never
         // answer for this one.
-        let ticket = qp.sh.media_ticket();
-        crate::context::submit_media(&qp.sh, qp.qpn, ticket, req);
+        let ticket = qp.sh.media.ticket();
+        crate::context::media::submit(&qp.sh, qp.qpn, ticket, req);
         ticket
     }
 

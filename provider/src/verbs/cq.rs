@@ -65,7 +65,7 @@ pub(super) fn new_cq(
             }
         }
     }
-    sh.set_handle(id, p as usize);
+    sh.async_events.set_handle(id, p as usize);
     Ok(p)
 }
 
@@ -205,7 +205,7 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
                 Err(e) => return e,
             }
         }
-        sh.set_handle(c.cq.id, 0);
+        sh.async_events.set_handle(c.cq.id, 0);
         // SAFETY: the parent domain the CQ named, if any, outlives it.
         unsafe { domain_use(c.domain, false) };
         // SAFETY: ours, and freed only below.

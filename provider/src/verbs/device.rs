@@ -151,6 +151,6 @@ pub(super) unsafe extern "C" fn async_event(ctx: *mut ibv_context, ev: *mut ibv_
         // number; the pointer member covers the whole of it for QP, CQ and SRQ
         // events, and a port number is not what the queue compares against.
         let element = unsafe { ev.element.qp } as u64;
-        sh.events.read_by_app(element, ev.event_type);
+        sh.async_events.queue.read_by_app(element, ev.event_type);
     })
 }

@@ -49,12 +49,7 @@ pub(super) unsafe extern "C" fn alloc_dm(
         }
         // SAFETY: ctx is ours.
         let sh = unsafe { shared(ctx) };
-        let reserved = sh
-            .dm_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(len).filter(|&n| n <= MAX_DM)
-            });
-        if reserved.is_err() {
+        if !sh.device_memory.reserve(len, MAX_DM) {
             return null_err(libc::ENOMEM);
         }
         let map = len.next_multiple_of(page()) as usize;
@@ -70,7 +65,7 @@ pub(super) unsafe extern "C" fn alloc_dm(
             )
         };
         if mem == libc::MAP_FAILED {
-            sh.dm_bytes.fetch_sub(len, Ordering::AcqRel);
+            sh.device_memory.release(len);
             return null_err(libc::ENOMEM);
         }
         Box::into_raw(Box::new(XiwDm {
@@ -104,9 +99,7 @@ pub(super) unsafe extern "C" fn free_dm(dm: *mut ibv_dm) -> i32 {
         // SAFETY: the mapping alloc_dm made, no longer reachable.
         unsafe { libc::munmap(mem.cast(), len.next_multiple_of(page()) as usize) };
         // SAFETY: ctx is ours.
-        unsafe { shared(ctx) }
-            .dm_bytes
-            .fetch_sub(len, Ordering::AcqRel);
+        unsafe { shared(ctx) }.device_memory.release(len);
         // SAFETY: allocated by alloc_dm; handed back once.
         drop(unsafe { Box::from_raw(d) });
         0

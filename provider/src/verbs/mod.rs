@@ -243,7 +243,7 @@ event_target!(ibv_srq, events_completed);
 /// # Safety
 /// `obj` is a live object of this provider's context `sh`.
 unsafe fn retire_events<T: EventTarget>(sh: &Shared, obj: *mut T, kernel: u32) {
-    let read = sh.events.retire(obj as u64);
+    let read = sh.async_events.queue.retire(obj as u64);
     // SAFETY: per the caller.
     unsafe { T::acks(obj).wait(read + kernel) }
 }

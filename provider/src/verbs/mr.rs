@@ -150,7 +150,7 @@ pub(super) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
             return libc::EBUSY;
         }
         let id = p.id;
-        let (mrs, qps) = (sh.mrs.count_for_pd(id), sh.pd_has_qps(id));
+        let (mrs, qps) = (sh.mrs.count_for_pd(id), sh.qps.pd_has_qps(id));
         if mrs > 0 || qps {
             crate::log::debug(
                 &sh.log,

@@ -218,9 +218,9 @@ pub(super) fn new_qp(
                     (*(*b).vqp.u.qp_ex).qp_base.handle = h;
                 }
                 let _ = q.kernel.set(h);
-                if let (Some(s), Some(_)) = (slot, &sh.stream_events) {
+                if let (Some(s), Some(_)) = (slot, &sh.kernel_events.page) {
                     let _ = q.ev_slot.set(s);
-                    sh.register_ev_slot(s, q.qpn);
+                    sh.kernel_events.register_slot(s, q.qpn);
                 }
             }
             Err(e) => {
@@ -231,7 +231,7 @@ pub(super) fn new_qp(
         }
     }
     q.handle.store(b as usize, Ordering::Release);
-    sh.register_qp(q.qpn, q);
+    sh.qps.insert(q.qpn, q);
     // SAFETY: the caller's PD, checked to be ours above.
     unsafe { domain_use(a.pd, true) };
     Ok(b as *mut ibv_qp)
@@ -312,9 +312,9 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         q.kick();
         q.detach_stream();
         q.lock_cm().close(sh);
-        sh.unregister_qp(q.qpn);
+        sh.qps.remove(q.qpn);
         if let Some(&s) = q.ev_slot.get() {
-            sh.unregister_ev_slot(s);
+            sh.kernel_events.unregister_slot(s);
         }
         // The progress thread (an event, a timer) or the media worker may still
         // hold the QP for a moment. Its CQs, SRQ and PD are busy until the QP is

@@ -63,7 +63,7 @@ pub(super) fn new_srq(
             ptr::null(),
         );
     }
-    sh.set_handle(id, b as usize);
+    sh.async_events.set_handle(id, b as usize);
     // SAFETY: pd is ours.
     unsafe { domain_use(pd, true) };
     Ok(b as *mut ibv_srq)
@@ -171,7 +171,7 @@ pub(super) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
                 Err(e) => return e,
             }
         }
-        sh.set_handle(s.srq.id, 0);
+        sh.async_events.set_handle(s.srq.id, 0);
         // SAFETY: the SRQ's PD, as create_srq recorded it.
         unsafe { domain_use((*srq).pd, false) };
         // SAFETY: ours, and freed only below.
