@@ -13,7 +13,9 @@
 use std::collections::VecDeque;
 
 use crate::fault::{AccessFault, Fail, Status};
-use crate::queue1::{access, Inbound, Outstanding, PendingRead, VERIFY_MAX_HASH};
+use crate::queue1::{
+    self, access, Inbound, Outcome, Outstanding, PendingRead, Response, VERIFY_MAX_HASH,
+};
 use crate::wire::{atomic, commit, ddp, mpa, rdmap};
 
 /// Bytes framed per round before they are handed to the stream.
@@ -285,10 +287,12 @@ pub trait SendHost {
     ) -> Result<bool, AccessFault>;
     /// Checks a span of registered memory (a Read's source) before it is listed.
     fn check_span(&mut self, s: &Span) -> Result<(), AccessFault>;
-    /// Carries out a queue 1 request (other than a Read) and returns its response.
-    fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail>;
-    /// Hands a request that waits on the medium to a worker; it answers through
-    /// [`Sender::media_done`] with the ticket returned.
+    /// Carries out a queue 1 request (other than a Read) on memory and says
+    /// what it did, or why it could not; the engine makes the response.
+    fn carry_out(&mut self, req: &Inbound) -> Outcome;
+    /// Hands a request that waits on the medium to a worker, which carries
+    /// it out as [`SendHost::carry_out`] does; it reports the outcome
+    /// through [`Sender::media_done`] with the ticket returned.
     fn defer(&mut self, req: Inbound) -> u64;
     fn invalidate_local(&mut self, stag: u32) -> Result<(), AccessFault>;
     /// Carries out a [`WrOp::BindWindow`]; a driver without memory windows
@@ -315,8 +319,9 @@ fn needs_media(req: &Inbound) -> bool {
 #[derive(Debug)]
 enum Media {
     Idle,
-    Busy(u64),
-    Done(Result<(rdmap::Opcode, Vec<u8>), Fail>),
+    /// The worker has the request, under its ticket.
+    Busy(u64, Inbound),
+    Done(Result<Response, Fail>),
 }
 
 #[derive(Debug)]
@@ -324,7 +329,7 @@ enum Job<L, P> {
     Sq(Wr<L, P>),
     Inbound(Inbound),
     /// The response to a request the worker carried out.
-    Respond(rdmap::Opcode, Vec<u8>),
+    Respond(Response),
 }
 
 #[derive(Debug)]
@@ -662,12 +667,16 @@ impl<L: Clone + Default, P> Sender<L, P> {
         self.buf.capacity() > TRIM_KEEP
     }
 
-    /// The worker finished `ticket`; false if the QP gave up on it meanwhile.
-    pub fn media_done(&mut self, ticket: u64, r: Result<(rdmap::Opcode, Vec<u8>), Fail>) -> bool {
-        if !matches!(self.media, Media::Busy(t) if t == ticket) {
+    /// The worker carried out request `ticket` with `outcome`; false if the
+    /// QP gave up on it meanwhile.
+    pub fn media_done(&mut self, ticket: u64, outcome: Outcome) -> bool {
+        let Media::Busy(t, req) = &self.media else {
+            return false;
+        };
+        if *t != ticket {
             return false;
         }
-        self.media = Media::Done(r);
+        self.media = Media::Done(queue1::answer(req, outcome));
         true
     }
 
@@ -782,7 +791,7 @@ impl<L: Clone + Default, P> Sender<L, P> {
                     }
                     continue;
                 }
-                if matches!(self.media, Media::Busy(_)) {
+                if matches!(self.media, Media::Busy(..)) {
                     // An answer on the medium comes first.
                     break;
                 }
@@ -827,21 +836,19 @@ impl<L: Clone + Default, P> Sender<L, P> {
     where
         H: SendHost<Local = L, Payload = P>,
     {
-        // Only a finished medium job is taken out (the enum is large).
-        let media = match self.media {
-            Media::Done(_) => std::mem::replace(&mut self.media, Media::Idle),
-            Media::Busy(t) => Media::Busy(t),
-            Media::Idle => Media::Idle,
-        };
-        match media {
-            Media::Done(Ok((op, body))) => {
-                return Ok(Some(Cur {
-                    job: Job::Respond(op, body),
-                    sent: 0,
-                }))
+        match self.media {
+            Media::Done(_) => {
+                let Media::Done(r) = std::mem::replace(&mut self.media, Media::Idle) else {
+                    unreachable!("the medium's job is done")
+                };
+                return r.map(|resp| {
+                    Some(Cur {
+                        job: Job::Respond(resp),
+                        sent: 0,
+                    })
+                });
             }
-            Media::Done(Err(f)) => return Err(f),
-            Media::Busy(t) => self.media = Media::Busy(t),
+            Media::Busy(..) => {}
             Media::Idle => {
                 if let Some(r) = self.irq.pop_front() {
                     if !needs_media(&r) {
@@ -850,7 +857,7 @@ impl<L: Clone + Default, P> Sender<L, P> {
                             sent: 0,
                         }));
                     }
-                    self.media = Media::Busy(host.defer(r));
+                    self.media = Media::Busy(host.defer(r), r);
                 }
             }
         }
@@ -944,12 +951,12 @@ impl<L: Clone + Default, P> Sender<L, P> {
                 }
             }
             Job::Inbound(req) => {
-                let (op, body) = host.execute(req)?;
-                self.respond(op, &body)?;
+                let resp = queue1::answer(req, host.carry_out(req))?;
+                self.respond(&resp)?;
                 Ok(true)
             }
-            Job::Respond(op, body) => {
-                self.respond(*op, body)?;
+            Job::Respond(resp) => {
+                self.respond(resp)?;
                 Ok(true)
             }
             Job::Sq(wr) => match &wr.op {
@@ -1254,10 +1261,10 @@ impl<L: Clone + Default, P> Sender<L, P> {
     }
 
     /// Frames the response to a queue 1 request on queue 3.
-    fn respond(&mut self, opcode: rdmap::Opcode, body: &[u8]) -> Result<(), Fail> {
+    fn respond(&mut self, resp: &Response) -> Result<(), Fail> {
         let msn = self.take_msn(ddp::QN_ATOMIC_RESPONSE);
-        let hdr = untagged(opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
-        self.put_fpdu(&hdr, body, 0, no_payload)
+        let hdr = untagged(resp.opcode, 0, ddp::QN_ATOMIC_RESPONSE, msn, 0, true);
+        self.put_fpdu(&hdr, &resp.body, 0, no_payload)
     }
 
     /// A payload of `n` bytes goes to the stream in place.

@@ -6,11 +6,11 @@
 
 use std::collections::VecDeque;
 
-use crate::fault::{AccessFault, Fail, Status};
-use crate::queue1::{access, flush_need, Inbound, Outstanding};
+use crate::fault::{AccessFault, Status};
+use crate::queue1::{access, flush_need, Effect, Inbound, Outcome, Outstanding, Refused};
 use crate::recv::{Host, RecvCompletion};
 use crate::send::{Completion, SendHost, Span, Wr, WrClass, WrOp};
-use crate::wire::{atomic, commit, rdmap};
+use crate::wire::commit;
 
 /// A registered region: `len` bytes of the arena from `at`, reached by the
 /// peer at tagged offsets from `iova`.
@@ -69,6 +69,9 @@ pub struct Sim {
     /// STags whose memory the driver cannot place in place or send from in
     /// place (as on-demand paging memory in the provider).
     pub copied_only: Vec<u32>,
+    /// A Flush to persistence and a Verify fail, as on a medium that
+    /// reports an I/O error.
+    pub media_fails: bool,
 }
 
 /// A posted send work request; `payload` is its local buffer list (also
@@ -102,6 +105,7 @@ impl Sim {
             deferred: VecDeque::new(),
             next_ticket: 1,
             copied_only: Vec::new(),
+            media_fails: false,
         }
     }
 
@@ -148,33 +152,25 @@ impl Sim {
         });
     }
 
-    /// Carries out a queue 1 request as a driver would (Verify has no medium
-    /// here, so it fails).
-    pub fn carry_out(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
-        let dhdr = req.ddp_header();
-        let refused = |e| Fail::protection(e, dhdr, None, "request refused");
-        let word = |s: &mut Sim, stag, to, need, allowed| -> Result<usize, Fail> {
-            let at = s.resolve(stag, to, 8, need, allowed).map_err(refused)?;
-            if at % 8 != 0 {
-                return Err(Fail::operation_failed(dhdr, "target not 64-bit aligned"));
+    /// Carries out a queue 1 request on the arena as a driver would, after
+    /// the STag check again. A Verify hashes with [`Sim::hash`]; with
+    /// [`Sim::media_fails`] a Flush to persistence and a Verify fail.
+    pub fn carry_out(&mut self, req: &Inbound) -> Outcome {
+        let medium = |s: &Sim| {
+            if s.media_fails {
+                return Err(Refused::Failed("the medium failed".into()));
             }
-            Ok(at)
+            Ok(())
         };
         match *req {
             Inbound::Atomic { req, allowed, .. } => {
-                let at = word(self, req.stag, req.to, access::REMOTE_ATOMIC, allowed)?;
+                let at = self.word(req.stag, req.to, access::REMOTE_ATOMIC, allowed)?;
                 let old = u64::from_ne_bytes(self.arena[at..at + 8].try_into().expect("8"));
                 let new = req
                     .apply(old)
-                    .ok_or_else(|| Fail::operation_failed(dhdr, "atomic not performed"))?;
+                    .ok_or_else(|| Refused::Failed("atomic not performed".into()))?;
                 self.arena[at..at + 8].copy_from_slice(&new.to_ne_bytes());
-                let resp = atomic::AtomicResponseRepr {
-                    request_id: req.request_id,
-                    original_value: old,
-                };
-                let mut b = vec![0u8; resp.buffer_len()];
-                resp.emit(&mut atomic::ResponsePacket::new_unchecked(&mut b[..]));
-                Ok((rdmap::Opcode::AtomicResponse, b))
+                Ok(Effect::Atomic { original: old })
             }
             Inbound::Flush {
                 stag,
@@ -185,10 +181,12 @@ impl Sim {
                 ..
             } => {
                 if len > 0 {
-                    self.resolve(stag, to, len as u64, flush_need(flags), allowed)
-                        .map_err(refused)?;
+                    self.resolve(stag, to, len as u64, flush_need(flags), allowed)?;
+                    if flags & commit::FLUSH_PERSISTENCE != 0 {
+                        medium(self)?;
+                    }
                 }
-                Ok((rdmap::Opcode::FlushResponse, Vec::new()))
+                Ok(Effect::Flushed)
             }
             Inbound::AtomicWrite {
                 stag,
@@ -197,13 +195,40 @@ impl Sim {
                 allowed,
                 ..
             } => {
-                let at = word(self, stag, to, access::REMOTE_WRITE, allowed)?;
+                let at = self.word(stag, to, access::REMOTE_WRITE, allowed)?;
                 self.arena[at..at + 8].copy_from_slice(&value.to_ne_bytes());
-                Ok((rdmap::Opcode::AtomicWriteResponse, Vec::new()))
+                Ok(Effect::Stored)
             }
-            Inbound::Verify { .. } => Err(Fail::operation_failed(dhdr, "MR is not verifiable")),
-            Inbound::Read(_) => Err(Fail::operation_failed(dhdr, "a Read is streamed")),
+            Inbound::Verify {
+                stag,
+                to,
+                len,
+                allowed,
+                ..
+            } => {
+                let at = self.resolve(stag, to, len as u64, access::VERIFY, allowed)?;
+                medium(self)?;
+                Ok(Effect::Hashed {
+                    hash: Sim::hash(&self.arena[at..at + len as usize]),
+                })
+            }
+            Inbound::Read(_) => Err(Refused::Failed("a Read is streamed".into())),
         }
+    }
+
+    /// The hash a Verify of the sim computes: the CRC32c of the bytes, most
+    /// significant byte first.
+    pub fn hash(data: &[u8]) -> Vec<u8> {
+        crate::wire::mpa::crc32c(0, data).to_be_bytes().to_vec()
+    }
+
+    /// The arena offset of the 64-bit word at `to` of `stag`, checked.
+    fn word(&self, stag: u32, to: u64, need: u32, allowed: u32) -> Result<usize, Refused> {
+        let at = self.resolve(stag, to, 8, need, allowed)?;
+        if at % 8 != 0 {
+            return Err(Refused::Failed("target not 64-bit aligned".into()));
+        }
+        Ok(at)
     }
 
     fn resolve(
@@ -513,8 +538,8 @@ impl SendHost for Sim {
             .map(|_| ())
     }
 
-    fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
-        self.carry_out(req)
+    fn carry_out(&mut self, req: &Inbound) -> Outcome {
+        Sim::carry_out(self, req)
     }
 
     fn defer(&mut self, req: Inbound) -> u64 {

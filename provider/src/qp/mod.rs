@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use xiw_abi::ring::{wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
-use xiw_engine::queue1::Inbound;
+use xiw_engine::queue1::{Inbound, Refused};
 use xiw_engine::{recv, send};
 
 use self::core::QpCore;
@@ -642,9 +642,9 @@ impl Endpoint for Qp {
 
     fn media(&self, ticket: u64, req: &Inbound) {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            responder::execute(&self.core, req)
+            responder::carry_out(&self.core, req)
         }))
-        .unwrap_or_else(|_| Err(Fail::stream("internal error in the media worker")));
+        .unwrap_or_else(|_| Err(Refused::Broken("internal error in the media worker".into())));
         let taken = self.lock_tx().media_done(ticket, r);
         if taken {
             self.kick();

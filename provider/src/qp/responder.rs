@@ -1,44 +1,23 @@
 //! The responder: carries out what the peer asks of this side's memory on
 //! queue 1 (RFC 7306 atomics, RDMA Flush, RDMA Verify, Atomic Write) and
-//! returns the response to send. An RDMA Read Request is answered by the
+//! says what it did to memory, or why it could not; the engine turns that
+//! into the response or the Terminate. An RDMA Read Request is answered by the
 //! transmit side instead, which streams the source memory as the Read
 //! Response ([`super::tx`], `SqHost::read_source`).
 
 use std::sync::atomic::Ordering;
 
 use xiw_abi::verbs::*;
-use xiw_engine::fault::Fail;
-use xiw_engine::queue1::{flush_need, Inbound};
+use xiw_engine::queue1::{flush_need, Effect, Inbound, Outcome, Refused};
 
 use crate::mem;
 use crate::qp::core::QpCore;
-use crate::wire::{atomic, commit, rdmap};
+use crate::wire::commit;
 
-/// Why a queue 1 request could not be carried out.
-enum Refused {
-    /// The STag check failed at execution (the MR changed since the request came).
-    Access(mem::AccessError),
-    /// The operation itself failed.
-    Failed(String),
-}
-
-impl From<mem::AccessError> for Refused {
-    fn from(e: mem::AccessError) -> Refused {
-        Refused::Access(e)
-    }
-}
-
-/// Carries out a queue 1 request from the peer (other than a Read) and returns
-/// its response; a failure ends in a Terminate that names the request
-/// (draft-talpey-rdma-commit section 5, RFC 7306 section 8).
-pub fn execute(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
-    carry_out(qp, req).map_err(|r| match r {
-        Refused::Access(e) => Fail::protection(e, req.ddp_header(), None, "request refused"),
-        Refused::Failed(why) => Fail::operation_failed(req.ddp_header(), &why),
-    })
-}
-
-fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Refused> {
+/// Carries out a queue 1 request from the peer (other than a Read) on this
+/// side's memory, after the STag check again, and says what it did; the
+/// engine makes the response, or the Terminate that names the request.
+pub fn carry_out(qp: &QpCore, req: &Inbound) -> Outcome {
     let mrs = &qp.sh.mrs;
     let pd = qp.by();
     let failed = |why: &str| Refused::Failed(why.into());
@@ -73,13 +52,7 @@ fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Ref
                 )?
                 .flatten()
                 .ok_or_else(|| failed("atomic operation not performed"))?;
-            let resp = atomic::AtomicResponseRepr {
-                request_id: req.request_id,
-                original_value: original,
-            };
-            let mut b = vec![0u8; resp.buffer_len()];
-            resp.emit(&mut atomic::ResponsePacket::new_unchecked(&mut b[..]));
-            (rdmap::Opcode::AtomicResponse, b)
+            Effect::Atomic { original }
         }
         Inbound::Flush {
             stag,
@@ -105,14 +78,12 @@ fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Ref
             if flags & commit::FLUSH_GLOBAL_VISIBILITY != 0 {
                 crate::persist::flush_global();
             }
-            (rdmap::Opcode::FlushResponse, Vec::new())
+            Effect::Flushed
         }
         Inbound::Verify {
             stag,
             to,
             len,
-            expected,
-            expected_len,
             allowed,
             ..
         } => {
@@ -133,12 +104,7 @@ fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Ref
                     },
                 )?
                 .map_err(|e| Refused::Failed(format!("RDMA Verify failed: {e}")))?;
-            if expected_len > 0 && expected[..expected_len as usize] != hash[..] {
-                // A hash was given and does not match: Terminate, no response
-                // (draft-talpey-rdma-commit sections 3.1.2.1 and 3.1.2.2).
-                return Err(failed("RDMA Verify: hash mismatch"));
-            }
-            (rdmap::Opcode::VerifyResponse, hash)
+            Effect::Hashed { hash }
         }
         Inbound::AtomicWrite {
             stag,
@@ -151,7 +117,7 @@ fn carry_out(qp: &QpCore, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Ref
                 word.store(value, Ordering::SeqCst)
             })?
             .ok_or_else(|| failed("Atomic Write target not aligned"))?;
-            (rdmap::Opcode::AtomicWriteResponse, Vec::new())
+            Effect::Stored
         }
     })
 }

@@ -16,10 +16,10 @@ use crate::mem::{AccessError, NEED_NONE};
 use crate::qp::core::{QpCore, SgeList};
 use crate::queue::{sge_spans, sges_of, MAX_SGE};
 use crate::sys;
-use crate::wire::rdmap;
 use crate::wqe;
 pub use xiw_engine::fault::Fail;
 
+use xiw_engine::queue1::Outcome;
 pub use xiw_engine::queue1::{flush_need, Inbound, ReadResp};
 
 /// A queue 1 request this side issued, with the SGEs its response lands in.
@@ -216,8 +216,8 @@ impl Tx {
     }
 
     /// The media worker finished `ticket`; false if the QP gave up on it meanwhile.
-    pub fn media_done(&mut self, ticket: u64, r: Result<(rdmap::Opcode, Vec<u8>), Fail>) -> bool {
-        self.engine.media_done(ticket, r)
+    pub fn media_done(&mut self, ticket: u64, outcome: Outcome) -> bool {
+        self.engine.media_done(ticket, outcome)
     }
 
     /// Marks the oldest outstanding queue 1 request as answered.
@@ -465,8 +465,8 @@ impl send::SendHost for SqHost<'_> {
             .with_mem(s.stag, qp.by(), s.to, s.len as usize, s.need, |_| ())
     }
 
-    fn execute(&mut self, req: &Inbound) -> Result<(rdmap::Opcode, Vec<u8>), Fail> {
-        super::responder::execute(self.qp, req)
+    fn carry_out(&mut self, req: &Inbound) -> Outcome {
+        super::responder::carry_out(self.qp, req)
     }
 
     fn defer(&mut self, req: Inbound) -> u64 {
