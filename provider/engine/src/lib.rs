@@ -15,6 +15,9 @@
 //!   its driver's `Host`.
 //! - [`send`]: the transmit side of a QP: work requests and answers in,
 //!   FPDUs out, payload gathered through its driver's `SendHost`.
+//! - [`lifecycle`]: a QP's connection from first attempt to end: its
+//!   deadlines (connect, retry, linger, the Terminate's wait for room) and
+//!   what a failure does, in what order, as actions for its driver.
 //! - [`pair`]: two engines back to back in memory, with faults injected.
 //! - [`sim`]: an in-memory `Host` (memory as windows of one arena), for
 //!   tests and fuzzing.
@@ -22,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fault;
+pub mod lifecycle;
 pub mod pair;
 pub mod queue1;
 pub mod recv;

@@ -2,12 +2,16 @@
 //! [`Sender`] over a [`Sim`], the stream between them a pair of byte queues
 //! with faults injected at will (a cut or a corrupted byte at any offset, any
 //! segmentation, a side that stalls, media results held back). Deterministic:
-//! the same faults give the same run. A side that fails sends its Terminate (if
+//! the same faults give the same run. A side fails as its [`Lifecycle`]
+//! says, the same code a driver's QP fails by: it sends its Terminate (if
 //! any), stops reading, and completes every work request it holds, as a QP
 //! moving to the error state does.
 
+use std::collections::VecDeque;
+
 use crate::fault::AccessFault;
-use crate::fault::{Fail, Status};
+use crate::fault::{Event, Fail, Status};
+use crate::lifecycle::{Action, Lifecycle, Step};
 use crate::queue1::{Inbound, Outstanding};
 use crate::recv::{self, Host, Receiver, RecvCompletion};
 use crate::send::{self, Completion, Piece, ReadArrival, Sender, Span};
@@ -21,8 +25,15 @@ pub struct Endpoint {
     pub mem: Sim,
     pub rx: Receiver<SimRecv>,
     pub tx: Sender<Sges, Sges>,
-    /// Why this side failed, once it has.
+    /// Why this side failed, once it has (the first failure).
     pub failed: Option<Fail>,
+    /// How failures end this side. The pair's streams come from no
+    /// connection manager and never run out of room: its lifecycle never
+    /// connects, lingers, reopens or waits for room for a Terminate.
+    pub life: Lifecycle,
+    /// The asynchronous events raised, as a driver raises them to the
+    /// application.
+    pub events: Vec<Event>,
     inbox: Vec<u8>,
     /// Bytes this side put on the stream (its Terminate last, if it failed).
     out: Vec<u8>,
@@ -140,6 +151,8 @@ impl Endpoint {
             rx: Receiver::new(rp),
             tx: Sender::new(sp),
             failed: None,
+            life: Lifecycle::default(),
+            events: Vec::new(),
             inbox: Vec::new(),
             out: Vec::new(),
             hold_media: false,
@@ -293,22 +306,59 @@ impl Endpoint {
         any
     }
 
-    /// The QP goes to the error state: the Terminate goes out (nothing after
-    /// it), then every work request still held completes: the oldest send
-    /// with the failure's status, everything else flushed.
+    /// A failure found on this side: it goes as the lifecycle says. The
+    /// first one ends the side: its Terminate goes out (nothing after it),
+    /// then the side moves to the error state.
     pub fn fail(&mut self, f: Fail) {
-        if self.failed.is_some() {
-            return;
-        }
-        if let Some(body) = f.term.clone() {
-            self.tx.terminate(body);
-            self.tx.gate = true;
-            if self.tx.frame_more(&mut self.mem).is_ok() {
-                let _ = self.put_on_stream();
+        let due = self.rx.expects_rtr();
+        let mut todo: VecDeque<Action> = self.life.fail(f, due).into();
+        while let Some(a) = todo.pop_front() {
+            match a {
+                Action::Terminate(body) => {
+                    self.tx.terminate(body);
+                    self.tx.gate = true;
+                    if self.tx.frame_more(&mut self.mem).is_ok() {
+                        let _ = self.put_on_stream();
+                    }
+                    // The stream takes everything at once.
+                    todo.extend(self.life.terminate_written());
+                }
+                Action::Fail(f) => self.enter_error(f),
+                Action::Timer | Action::StopReading | Action::Reopen | Action::Connect => {}
             }
         }
+    }
+
+    /// The side moves to the error state for `f`, in the lifecycle's steps:
+    /// the receive it hit completes with its status, its event is raised,
+    /// then every work request still held completes: the oldest send with
+    /// the first failure's status, everything else flushed.
+    fn enter_error(&mut self, f: Fail) {
+        let fresh = self.failed.is_none();
+        let mut sq_status = if fresh { f.sq_status } else { None };
+        for step in self.life.entered_error(fresh, f.rq_status, Some(f.event)) {
+            match step {
+                Step::Detach => self.tx.abort(),
+                Step::Close | Step::Mirror => {}
+                Step::FailRecv(st) => {
+                    if let Some(r) = self.rx.take_current() {
+                        self.mem.completed.push((r.wr_id, RecvOutcome::Failed(st)));
+                    }
+                }
+                Step::Raise(e) => self.events.push(e),
+                Step::Flush => self.flush(sq_status.take()),
+            }
+        }
+        if fresh {
+            self.failed = Some(f);
+        }
+    }
+
+    /// Completes every work request still held: the oldest send with
+    /// `sq_status` (if given), everything else flushed, sends first.
+    fn flush(&mut self, sq_status: Option<Status>) {
         self.tx.abort();
-        let mut first = f.sq_status;
+        let mut first = sq_status;
         for idx in self.mem.sq_done.len() as u32..self.mem.next_idx {
             let st = first.take().unwrap_or(Status::Flushed);
             self.mem.finish(idx, Completion::Error(st));
@@ -328,7 +378,6 @@ impl Endpoint {
                 .completed
                 .push((r.wr_id, RecvOutcome::Failed(Status::Flushed)));
         }
-        self.failed = Some(f);
     }
 
     /// Every work request posted has completed, once.

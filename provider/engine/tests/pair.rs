@@ -692,6 +692,9 @@ fn a_bad_lkey_fails_locally_and_terminates_the_peer() {
         xiw_engine::wire::terminate::Cause::RDMAP_LOCAL_CATASTROPHIC
     );
     assert!(!t.hdrct_d && !t.hdrct_r);
+    // Each side raised its one event, as a QP failing does.
+    assert_eq!(p.ends[0].events, [xiw_engine::fault::Event::QpFatal]);
+    assert_eq!(p.ends[1].events, [xiw_engine::fault::Event::QpFatal]);
 }
 
 /// With confirmed completions (`Sender::set_confirm`) a Write completes
