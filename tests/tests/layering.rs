@@ -410,3 +410,20 @@ fn the_engine_is_sans_io() {
         );
     }
 }
+
+/// A QP's deadlines are its engine lifecycle's: the QP and its connection
+/// setup read no clock, the progress thread that runs the timers passes the
+/// time in.
+#[test]
+fn the_qp_reads_no_clock() {
+    let qp = repo().join("provider/src/qp");
+    for f in ["mod.rs", "cm.rs"] {
+        let code = code_of(&std::fs::read_to_string(qp.join(f)).expect("readable source"));
+        for b in ["Instant::now", "SystemTime", "elapsed()"] {
+            assert!(
+                !code.contains(b),
+                "provider/src/qp/{f} reads the clock: {b}"
+            );
+        }
+    }
+}

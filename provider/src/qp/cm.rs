@@ -14,13 +14,14 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use socket2::SockRef;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::context::Shared;
 use crate::private_data::{parse_xiw, private_data, PD_FLAG_EXTENSIONS, PD_FLAG_IMM_PAIRS};
 use crate::qp::core::{QpCore, MAX_RD_ATOMIC};
 use crate::tcp::{canonical, read_frame, send_reject, socket_for, write_all, Request};
 use crate::wire::mpa;
+use xiw_engine::lifecycle::{Action, Lifecycle, Timings};
 use xiw_engine::setup;
 use xiw_engine::{recv, send};
 
@@ -68,6 +69,9 @@ struct Held {
 /// attempt of the same peer until the initiator's first FPDU arrives (see
 /// [`Cm::tentative`]): a Request sent by a QP that was destroyed before its
 /// connection came up can then never take the place of its successor's.
+///
+/// The QP's [`Lifecycle`] lives here, under the same lock: the attempt's
+/// deadline and retries, the linger, and how a failure ends the QP.
 pub struct Cm {
     /// The connecting socket (initiator) or the answered stream (responder).
     sock: Option<OwnedFd>,
@@ -76,36 +80,30 @@ pub struct Cm {
     /// The initiator's exchange, once its Request is sent.
     exchange: Option<setup::Initiator>,
     reader: setup::FrameReader,
-    pub deadline: Option<Instant>,
-    retry_at: Option<Instant>,
     peer: Option<(IpAddr, u32)>,
     /// Requests addressed to this QP before it knew its peer, or while waiting.
     held: Vec<Held>,
     /// The stamp of the attempt this QP made (initiator) or answered (responder).
     stamp: u64,
-    /// The peer closed its end: the QP fails at this time.
-    linger_until: Option<Instant>,
+    pub life: Lifecycle,
 }
 
-impl Default for Cm {
-    fn default() -> Cm {
+impl Cm {
+    /// No connection yet; attempts take `timings`.
+    pub fn new(timings: Timings) -> Cm {
         Cm {
             sock: None,
             phase: Phase::Idle,
             initiator: false,
             exchange: None,
             reader: setup::FrameReader::default(),
-            deadline: None,
-            retry_at: None,
             peer: None,
             held: Vec::new(),
             stamp: 0,
-            linger_until: None,
+            life: Lifecycle::new(timings),
         }
     }
-}
 
-impl Cm {
     pub fn is_established(&self) -> bool {
         self.phase == Phase::Established
     }
@@ -132,14 +130,13 @@ impl Cm {
             return Err("a QP cannot connect to itself".into());
         }
         self.peer = Some((peer_addr, peer_qpn));
-        self.deadline = Some(Instant::now() + sh.cfg.connect_timeout);
-        sh.reactor.add_timer(&sh.qps, qp.qpn);
+        timers(qp, self.life.connecting());
         self.initiator = me < (peer_addr, peer_qpn);
         if self.initiator {
             self.turn_away(qp, |_| true);
             self.connect(qp).map_err(|e| {
                 // A failed RTR leaves nothing armed.
-                self.deadline = None;
+                self.life.start_failed();
                 format!("connect: {e}")
             })
         } else {
@@ -148,7 +145,8 @@ impl Cm {
         }
     }
 
-    fn connect(&mut self, qp: &QpCore) -> io::Result<()> {
+    /// Connects to the peer (at RTR, and again when the lifecycle says so).
+    pub fn connect(&mut self, qp: &QpCore) -> io::Result<()> {
         let (addr, qpn) = self.peer.expect("peer known");
         let sh = &qp.sh;
         let s = socket_for(addr)?;
@@ -262,7 +260,7 @@ impl Cm {
                 if err == libc::ECONNREFUSED || err == libc::ECONNRESET {
                     // The peer may not be listening yet (or is between attempts): retry.
                     self.drop_sock(qp);
-                    self.retry_at = Some(Instant::now() + Duration::from_millis(20));
+                    self.life.refused();
                     self.phase = Phase::Idle;
                     return Ok(());
                 }
@@ -310,35 +308,6 @@ impl Cm {
             );
             discard(&qp.sh, h.sock);
         }
-    }
-
-    /// Timers: connect retries and the overall deadline.
-    pub fn tick(&mut self, qp: &QpCore, now: Instant) -> Result<bool, String> {
-        if let Some(t) = self.linger_until {
-            if now >= t {
-                self.linger_until = None;
-                return Err("the peer closed the connection".into());
-            }
-            return Ok(true);
-        }
-        if self.phase == Phase::Established || self.phase == Phase::Closed {
-            return Ok(false);
-        }
-        if let Some(d) = self.deadline {
-            if now >= d {
-                return Err(format!(
-                    "no connection with the peer within {} ms",
-                    qp.sh.cfg.connect_timeout.as_millis()
-                ));
-            }
-        }
-        if let Some(t) = self.retry_at {
-            if now >= t {
-                self.retry_at = None;
-                self.connect(qp).map_err(|e| format!("connect: {e}"))?;
-            }
-        }
-        Ok(self.deadline.is_some())
     }
 
     fn sock_fd(&self) -> RawFd {
@@ -473,17 +442,13 @@ impl Cm {
         qp.rx_eof.store(false, Ordering::Release);
         self.drop_sock(qp);
         self.phase = Phase::AwaitRequest;
-        self.linger_until = None;
-        qp.sh.reactor.add_timer(&qp.sh.qps, qp.qpn);
+        timers(qp, self.life.withdrawn());
     }
 
     /// The tentative stream failed before the initiator's first FPDU: that
-    /// attempt was abandoned. Wait for (or answer) the next; true if so, false
-    /// if the stream was not tentative (the caller fails the QP).
-    pub fn reopen(&mut self, qp: &impl Link) -> Result<bool, String> {
-        if !self.tentative(qp) {
-            return Ok(false);
-        }
+    /// attempt was abandoned (the lifecycle's [`Action::Reopen`]). Wait for
+    /// (or answer) the next.
+    pub fn reopen(&mut self, qp: &impl Link) -> Result<(), String> {
         crate::log::debug(
             &qp.sh.log,
             format_args!(
@@ -493,7 +458,7 @@ impl Cm {
         );
         self.withdraw(qp);
         self.forget_dead(qp);
-        self.answer_newest(qp).map(|()| true)
+        self.answer_newest(qp)
     }
 
     /// MPA is done: hand the stream to the data path.
@@ -551,9 +516,7 @@ impl Cm {
         self.phase = Phase::Established;
         // A responder keeps its deadline: should this attempt turn out to be an
         // abandoned one, it waits for the next until then.
-        if initiator {
-            self.deadline = None;
-        }
+        self.life.established(initiator);
         crate::log::debug(
             &qp.sh.log,
             format_args!(
@@ -567,19 +530,6 @@ impl Cm {
         );
         qp.watch_stream_new(fd);
         qp.kick();
-    }
-
-    /// The peer closed in order: fail the QP after `XIW_LINGER_MS`. False if
-    /// the stream was not up, so the caller fails the QP now.
-    pub fn linger(&mut self, qp: &QpCore) -> bool {
-        if self.phase != Phase::Established {
-            return false;
-        }
-        if self.linger_until.is_none() {
-            self.linger_until = Some(Instant::now() + qp.sh.cfg.linger);
-            qp.sh.reactor.add_timer(&qp.sh.qps, qp.qpn);
-        }
-        true
     }
 
     /// Ends the stream: an established one gracefully (the context sends what
@@ -602,9 +552,7 @@ impl Cm {
             discard(sh, h.sock);
         }
         self.phase = Phase::Closed;
-        self.retry_at = None;
-        self.linger_until = None;
-        self.deadline = None;
+        self.life.close();
     }
 
     /// Back to RESET: forget the stream and the peer (the listener and QPN stay).
@@ -623,6 +571,18 @@ impl Cm {
         self.stamp = 0;
         self.exchange = None;
         self.reader = setup::FrameReader::default();
+        self.life.reset();
+    }
+}
+
+/// Carries out what the lifecycle asks of connection setup itself: only
+/// ever to run the QP's timers.
+fn timers(qp: &QpCore, acts: Vec<Action>) {
+    for a in acts {
+        debug_assert!(matches!(a, Action::Timer), "{a:?}");
+        if let Action::Timer = a {
+            qp.sh.reactor.add_timer(&qp.sh.qps, qp.qpn);
+        }
     }
 }
 

@@ -5,7 +5,13 @@
 //!
 //! Locks, always taken in this order: `cm` → `attrs` → `rx` → `tx`. A path that
 //! holds a later lock never waits for an earlier one; errors found under a lock
-//! are returned and acted on ([`Qp::fail`]) after it is dropped.
+//! are returned and acted on ([`Qp::fail_with`]) after it is dropped.
+//!
+//! What a failure does, and when, is the engine's [`Lifecycle`](xiw_engine::lifecycle::Lifecycle) (in `cm`,
+//! under its lock): this module carries out the actions it returns, the
+//! failure itself ([`Qp::to_error`]) once `cm` is dropped again. Its
+//! deadlines run on the progress thread's timers ([`Endpoint::tick`]), which
+//! pass the time in; nothing here reads the clock.
 
 pub mod cm;
 pub mod core;
@@ -15,12 +21,15 @@ pub mod state;
 pub mod tx;
 
 use parking_lot::{Mutex, MutexGuard};
+use std::collections::VecDeque;
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use xiw_abi::ring::{wqe_flag, SendWqe, Sge};
 use xiw_abi::verbs::*;
+use xiw_engine::fault::{Event, Status};
+use xiw_engine::lifecycle::{Action, Step, Timings};
 use xiw_engine::queue1::{Inbound, Refused};
 use xiw_engine::{recv, send};
 
@@ -42,14 +51,7 @@ pub struct Qp {
     pub cm: Mutex<cm::Cm>,
     pub rx: Mutex<rx::Rx>,
     pub tx: TxCell,
-    /// A failure whose Terminate the stream had no room for yet: applied
-    /// by the progress thread's timer once the stream has taken it, the
-    /// stream fails, or the time given is up (see [`Qp::fail_with`]).
-    terminating: Mutex<Option<(Instant, Fail)>>,
 }
-
-/// How long a failing QP waits for room to send its Terminate.
-const TERMINATE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl std::ops::Deref for Qp {
     type Target = QpCore;
@@ -61,11 +63,14 @@ impl std::ops::Deref for Qp {
 impl Qp {
     /// The QP `core` with no connection yet.
     pub fn new(core: QpCore) -> Qp {
+        let timings = Timings {
+            connect_timeout: core.sh.cfg.connect_timeout,
+            linger: core.sh.cfg.linger,
+        };
         Qp {
-            cm: Mutex::new(cm::Cm::default()),
+            cm: Mutex::new(cm::Cm::new(timings)),
             rx: Mutex::new(rx::Rx::default()),
             tx: TxCell::new(core.sq.entries),
-            terminating: Mutex::new(None),
             core,
         }
     }
@@ -187,23 +192,27 @@ impl Qp {
         r
     }
 
-    /// Moves the QP to the error state, closes the stream, reports `sq_status` for
-    /// the oldest outstanding send WQE and `rq_status` for a receive in progress,
-    /// flushes everything else, and raises `event`.
-    pub fn fail(&self, why: &str, sq_status: Option<u32>, rq_status: Option<u32>, event: u32) {
-        self.to_error(why, sq_status, rq_status, event, false)
+    /// Fails the QP for a fault of its connection setup or of the provider
+    /// itself: no status, a fatal event.
+    pub fn fail(&self, why: &str) {
+        self.to_error(why, None, None, Some(Event::QpFatal), false)
     }
 
-    /// `fail`, or (`asked`) the application's own modify_qp to the error state,
-    /// which applies in any state. A failure found by another thread is dropped
-    /// once the QP is back in RESET or INIT: it belongs to a connection that is
-    /// gone, and must not end the next one.
+    /// Moves the QP to the error state, for a failure (`sq_status` for the
+    /// oldest outstanding send WQE, `rq_status` for a receive in progress,
+    /// `event` raised) or, `asked`, the application's own modify_qp to the
+    /// error state (no event), which applies in any state. A failure found
+    /// by another thread is dropped once the QP is back in RESET or INIT: it
+    /// belongs to a connection that is gone, and must not end the next one.
+    /// What the move does, in order, is the lifecycle's
+    /// ([`Lifecycle::entered_error`](xiw_engine::lifecycle::Lifecycle::entered_error)). Must be called with none of this QP's
+    /// locks held.
     pub fn to_error(
         &self,
         why: &str,
-        sq_status: Option<u32>,
-        rq_status: Option<u32>,
-        event: u32,
+        sq_status: Option<Status>,
+        rq_status: Option<Status>,
+        event: Option<Event>,
         asked: bool,
     ) {
         // Under the transmit lock, which flushing the send queue takes: a
@@ -228,31 +237,41 @@ impl Qp {
         if let Some(s) = sq_status {
             let _ = self.last_error.compare_exchange(
                 IBV_WC_SUCCESS,
-                s,
+                crate::verbs_status::status(s),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
         }
         drop(tx);
-        if prev != IBV_QPS_ERR && prev != IBV_QPS_RESET {
+        let fresh = prev != IBV_QPS_ERR && prev != IBV_QPS_RESET;
+        if fresh {
             crate::log::debug(
                 &self.sh.log,
                 format_args!("qp {}: error: {}", self.qpn, why),
             );
-            self.detach_stream();
-            self.lock_cm().close(&self.sh);
-            self.core.mirror_state(IBV_QPS_ERR);
-            if let Some(s) = rq_status {
-                let job = self.lock_rx().engine.take_current();
-                if let Some(job) = job {
-                    self.complete_recv_error(&job, s);
+        }
+        let steps = self.lock_cm().life.entered_error(fresh, rq_status, event);
+        for step in steps {
+            match step {
+                Step::Detach => self.detach_stream(),
+                Step::Close => self.lock_cm().close(&self.sh),
+                Step::Mirror => self.core.mirror_state(IBV_QPS_ERR),
+                Step::FailRecv(s) => {
+                    let job = self.lock_rx().engine.take_current();
+                    if let Some(job) = job {
+                        self.complete_recv_error(&job, crate::verbs_status::status(s));
+                    }
                 }
-            }
-            if !self.destroyed.load(Ordering::Acquire) {
-                self.sh.async_events.qp_event(&self.handle, event);
+                Step::Raise(e) => {
+                    if !self.destroyed.load(Ordering::Acquire) {
+                        self.sh
+                            .async_events
+                            .qp_event(&self.handle, crate::verbs_status::event(e));
+                    }
+                }
+                Step::Flush => self.flush(),
             }
         }
-        self.flush();
     }
 
     /// Data-path work done by an application thread that polls an empty CQ of
@@ -347,96 +366,90 @@ impl Qp {
         self.evented.store(false, Ordering::Release);
     }
 
-    /// Tells the peer why (a Terminate, if the stream still works), then fails the QP.
-    /// Must be called with none of this QP's locks held. Never waits: a
-    /// Terminate the stream has no room for yet goes out as room comes (the
-    /// stream is watched for it), and the QP fails once it has, or once
-    /// [`TERMINATE_WAIT`] has passed, on the progress thread's timer.
-    pub fn fail_with(&self, mut f: Fail) {
-        if self.lock_terminating().is_some() {
-            // Failing already, on its way to the first failure's end.
-            return;
+    /// A failure found on the QP's stream or its work: it goes as the
+    /// lifecycle says ([`Lifecycle::fail`](xiw_engine::lifecycle::Lifecycle::fail)): the peer is told why (a
+    /// Terminate, if the stream still works), then the QP fails. Must be
+    /// called with none of this QP's locks held. Never waits: a Terminate
+    /// the stream has no room for yet goes out as room comes (the stream is
+    /// watched for it), and the QP fails once it has, or once the
+    /// lifecycle's wait for it ends, on the progress thread's timer.
+    pub fn fail_with(&self, f: Fail) {
+        let mut cm = self.lock_cm();
+        let first_fpdu_due = self.lock_rx().expects_rtr();
+        let acts = cm.life.fail(f, first_fpdu_due);
+        let fails = self.carry_out(&mut cm, acts);
+        drop(cm);
+        for f in fails {
+            self.fail_as(f);
         }
-        if f.term.is_none() {
-            // A responder's stream that ends before the initiator's first FPDU
-            // belonged to an abandoned attempt: wait for the next one instead.
-            let r = self.lock_cm().reopen(self);
-            match r {
-                Ok(true) => return,
-                Ok(false) => {}
-                Err(why) => return self.fail(&why, None, None, IBV_EVENT_QP_FATAL),
-            }
-        }
-        if f.linger && self.lock_cm().linger(self) {
-            return;
-        }
-        if let Some(body) = f.term.take() {
-            let mut tx = self.lock_tx();
-            if let Some(fd) = tx.fd {
-                tx.engine.terminate(body);
-                // A full socket leaves the rest pending, and the stream
-                // watched for room (the transmitter arms it).
-                if tx.run(&self.core).is_ok() && tx.pending() {
-                    drop(tx);
-                    // Nothing more is taken in from the peer meanwhile: the
-                    // stream is watched for room only.
-                    self.lock_rx().fd = None;
-                    self.rx_eof.store(true, Ordering::Release);
-                    self.watch_stream(fd, false, true);
-                    crate::log::debug(
-                        &self.sh.log,
-                        format_args!("qp {}: the Terminate waits for room: {}", self.qpn, f.why),
-                    );
-                    // The first failure stands, should another thread have
-                    // got here meanwhile.
-                    self.lock_terminating()
-                        .get_or_insert((Instant::now() + TERMINATE_WAIT, f));
-                    self.sh.reactor.add_timer(&self.sh.qps, self.qpn);
-                    return;
-                }
-            }
-        }
-        self.fail_as(f);
     }
 
     /// Fails the QP as `f` says (its Terminate, if any, has been dealt with).
     fn fail_as(&self, f: Fail) {
-        self.fail(
-            &f.why,
-            f.sq_status.map(crate::verbs_status::status),
-            f.rq_status.map(crate::verbs_status::status),
-            crate::verbs_status::event(f.event),
-        );
+        self.to_error(&f.why, f.sq_status, f.rq_status, Some(f.event), false);
     }
 
-    fn lock_terminating(&self) -> MutexGuard<'_, Option<(Instant, Fail)>> {
-        self.terminating.lock()
-    }
-
-    /// The timer of a failure waiting for its Terminate to go out: applies
-    /// it once the stream has taken the Terminate, has failed or is gone,
-    /// or the time is up; true while it still waits.
-    fn tick_terminating(&self, now: Instant) -> bool {
-        let mut t = self.lock_terminating();
-        let Some((until, _)) = t.as_ref() else {
-            return false;
-        };
-        if now < *until {
-            let mut tx = self.lock_tx();
-            if tx.fd.is_some() && tx.run(&self.core).is_ok() && tx.pending() {
-                return true;
+    /// Carries out the lifecycle's actions `acts` in order, under the
+    /// connection manager's lock `cm` (held by the caller), with what they
+    /// lead to; returns the failures, which the caller applies once it has
+    /// dropped `cm` ([`Qp::to_error`] takes it).
+    fn carry_out(&self, cm: &mut MutexGuard<'_, cm::Cm>, acts: Vec<Action>) -> Vec<Fail> {
+        let mut todo = VecDeque::from(acts);
+        let mut fails = Vec::new();
+        // The stream a Terminate went to.
+        let mut stream = None;
+        while let Some(a) = todo.pop_front() {
+            match a {
+                Action::Timer => self.sh.reactor.add_timer(&self.sh.qps, self.qpn),
+                Action::Terminate(body) => {
+                    let mut tx = self.lock_tx();
+                    stream = tx.fd;
+                    // A full socket leaves the rest pending, and the stream
+                    // watched for room (the transmitter arms it).
+                    let blocked = tx.fd.is_some() && {
+                        tx.engine.terminate(body);
+                        tx.run(&self.core).is_ok() && tx.pending()
+                    };
+                    drop(tx);
+                    todo.extend(if blocked {
+                        cm.life.terminate_blocked()
+                    } else {
+                        cm.life.terminate_written()
+                    });
+                }
+                Action::StopReading => {
+                    self.lock_rx().fd = None;
+                    self.rx_eof.store(true, Ordering::Release);
+                    if let Some(fd) = stream {
+                        self.watch_stream(fd, false, true);
+                    }
+                    let why = cm.life.terminating().map_or("", |f| f.why.as_str());
+                    crate::log::debug(
+                        &self.sh.log,
+                        format_args!("qp {}: the Terminate waits for room: {}", self.qpn, why),
+                    );
+                }
+                Action::Reopen => {
+                    if let Err(why) = cm.reopen(self) {
+                        fails.push(Fail::stream(why));
+                    }
+                }
+                Action::Connect => {
+                    if let Err(e) = cm.connect(self) {
+                        fails.push(Fail::stream(format!("connect: {e}")));
+                    }
+                }
+                Action::Fail(f) => fails.push(f),
             }
         }
-        let Some((_, f)) = t.take() else {
-            return false;
-        };
-        drop(t);
-        // Unless something else has ended the QP meanwhile (the application,
-        // or a reset), which then stands.
-        if self.state() != IBV_QPS_ERR {
-            self.fail_as(f);
-        }
-        false
+        fails
+    }
+
+    /// A Terminate waits for room: writes what the stream takes of it; true
+    /// while some is still left for later.
+    fn terminate_waits(&self) -> bool {
+        let mut tx = self.lock_tx();
+        tx.fd.is_some() && tx.run(&self.core).is_ok() && tx.pending()
     }
 
     /// Completes every outstanding WQE with IBV_WC_WR_FLUSH_ERR (the first SQ one
@@ -469,8 +482,8 @@ impl Qp {
     pub fn reset(&self) {
         self.state.store(IBV_QPS_RESET, Ordering::Release);
         *self.deferred.lock() = None;
-        *self.lock_terminating() = None;
         self.detach_stream();
+        // The lifecycle with it: no deadline, no failure pending.
         self.lock_cm().reset(&self.sh);
         let mut rx = self.lock_rx();
         *rx = rx::Rx::default();
@@ -538,7 +551,7 @@ impl Endpoint for Qp {
     fn on_connection(&self, writable: bool) {
         let r = self.lock_cm().on_sock(self, writable);
         if let Err(why) = r {
-            self.fail(&why, None, None, IBV_EVENT_QP_FATAL);
+            self.fail(&why);
         }
     }
 
@@ -552,19 +565,27 @@ impl Endpoint for Qp {
     }
 
     fn tick(&self, now: Instant) -> bool {
-        let waiting = self.tick_terminating(now);
-        let r = self.lock_cm().tick(&self.core, now);
-        let keep = r.unwrap_or_else(|why| {
-            self.fail(&why, None, None, IBV_EVENT_QP_FATAL);
-            false
-        });
-        waiting || keep
+        let mut cm = self.lock_cm();
+        let mut acts = Vec::new();
+        // A Terminate waiting for room: what the stream takes of it now,
+        // and whether that was the last of it.
+        if cm.life.awaits_room() && !self.terminate_waits() {
+            acts = cm.life.terminate_written();
+        }
+        acts.extend(cm.life.handle_timeout(now));
+        let fails = self.carry_out(&mut cm, acts);
+        let keep = cm.life.poll_timeout().is_some();
+        drop(cm);
+        for f in fails {
+            self.fail_as(f);
+        }
+        keep
     }
 
     fn adopt(&self, fd: OwnedFd, req: Request) {
         let r = self.lock_cm().adopt(self, fd, req);
         if let Err(why) = r {
-            self.fail(&why, None, None, IBV_EVENT_QP_FATAL);
+            self.fail(&why);
         }
     }
 
@@ -652,6 +673,6 @@ impl Endpoint for Qp {
     }
 
     fn fail_fatal(&self, why: &str) {
-        self.fail(why, None, None, IBV_EVENT_QP_FATAL)
+        self.fail(why)
     }
 }

@@ -4,7 +4,6 @@ use std::sync::atomic::Ordering;
 
 use xiw_abi::verbs::*;
 
-use crate::context::async_events::NO_EVENT;
 use crate::log;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
 use crate::sysfs_tree;
@@ -157,7 +156,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             "moved to the error state by the application",
             None,
             None,
-            NO_EVENT,
+            None,
             true,
         ),
         IBV_QPS_RTR => {
