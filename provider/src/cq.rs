@@ -8,6 +8,7 @@ use parking_lot::lock_api::RawMutex as _;
 
 use xiw_abi::ring::*;
 
+use crate::error::Error;
 use crate::kernel::Kernel;
 use crate::queue::Ring;
 
@@ -75,14 +76,16 @@ impl Cq {
     /// place of the one in use, with the completions not yet polled (in
     /// order) and the arm word. EINVAL if fewer than those would fit; ENOMEM
     /// if the ring cannot be had. The producers and consumers wait meanwhile.
-    pub fn resize(&self, cqe: u32) -> Result<(), i32> {
+    pub fn resize(&self, cqe: u32) -> Result<(), Error> {
         let _c = self.consume.lock();
         let _p = self.produce.lock();
         // SAFETY: both locks are held.
         let old = unsafe { self.ring() };
         let used = old.used();
         if cqe < used {
-            return Err(libc::EINVAL);
+            return Err(Error::invalid(
+                "fewer completions would fit than wait to be polled",
+            ));
         }
         let new = Box::new(
             // Kernel mode: the new ring is the module's memory too.
@@ -93,7 +96,7 @@ impl Cq {
                 self.id,
                 self.kernel.get().map(|&(k, _)| k),
             )
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
+            .map_err(|e| Error::ring(&e))?,
         );
         let c = old.consumer();
         for i in 0..used {

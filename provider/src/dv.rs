@@ -12,6 +12,7 @@ use xiw_abi::ring::SendWqe;
 use xiw_abi::verbs::*;
 use xiw_engine::send::AtomicOp;
 
+use crate::error::Error;
 use crate::persist::Hash;
 use crate::verbs::{begin_dv, fail_batch, flush_flags, guard, set_errno, shared};
 use crate::wqe;
@@ -125,11 +126,11 @@ pub unsafe extern "C" fn xiwdv_reg_mr(
         // SAFETY: pd is a protection domain of this provider (checked above).
         match unsafe { crate::verbs::register_mr(pd, addr, length, addr as u64, access, hash) } {
             Ok(mr) => mr,
-            Err((e, why)) => {
+            Err(e) => {
                 // SAFETY: undoing the call above on the same range.
                 unsafe { ibv_dofork_range(addr, length) };
-                set_last_error(&why);
-                set_errno(e);
+                set_last_error(&e.to_string());
+                set_errno(e.errno());
                 ptr::null_mut()
             }
         }
@@ -193,7 +194,7 @@ pub unsafe extern "C" fn xiwdv_query_device(
 unsafe fn start(
     q: *mut ibv_qp_ex,
     what: &str,
-    checked: Result<(), &str>,
+    checked: Result<(), Error>,
     make: impl FnOnce(u64) -> SendWqe,
 ) {
     // SAFETY: as the caller promises.
@@ -203,9 +204,9 @@ unsafe fn start(
     }
     match checked {
         Ok(()) => begin_dv(q, make),
-        Err(why) => {
-            set_last_error(&format!("{what}: {why}"));
-            fail_batch(q, libc::EINVAL);
+        Err(e) => {
+            set_last_error(&format!("{what}: {e}"));
+            fail_batch(q, e);
         }
     }
 }
@@ -224,7 +225,7 @@ pub unsafe extern "C" fn xiwdv_wr_flush(
     guard((), || {
         let (checked, flags) = match flush_flags(len, kind, level) {
             Ok(f) => (Ok(()), f),
-            Err(why) => (Err(why), 0),
+            Err(e) => (Err(e), 0),
         };
         // SAFETY: as the caller promises.
         unsafe {
@@ -250,7 +251,9 @@ pub unsafe extern "C" fn xiwdv_wr_verify(
     guard((), || {
         let checked =
             if expected_len > wqe::VERIFY_MAX_HASH || (expected.is_null() && expected_len > 0) {
-                Err("expected hash longer than 32 bytes, or missing")
+                Err(Error::invalid(
+                    "expected hash longer than 32 bytes, or missing",
+                ))
             } else {
                 Ok(())
             };

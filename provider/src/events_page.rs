@@ -4,10 +4,12 @@
 //! woken (through the context's eventfd) only while it sleeps, armed.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use xiw_abi::events::*;
+
+use crate::sys;
 
 pub struct StreamEvents {
     base: *mut u8,
@@ -25,27 +27,14 @@ impl StreamEvents {
         if len < EVENTS_BYTES {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
         }
-        let off = libc::off_t::try_from(offset)
-            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: a fresh shared mapping of the module's page, of the length
-        // it said; nothing else is at the address the kernel picks.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                cmd_fd,
-                off,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+        // mmap's offset is an off_t.
+        if i64::try_from(offset).is_err() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let ev = StreamEvents {
-            base: p as *mut u8,
-            len,
-        };
+        // SAFETY: the context's command fd, open while the context lives.
+        let fd = unsafe { BorrowedFd::borrow_raw(cmd_fd) };
+        let p = sys::map_shared(fd, offset, len)?;
+        let ev = StreamEvents { base: p, len };
         let h = ev.header();
         if h.magic != EVENTS_MAGIC || h.version != EVENTS_VERSION || h.slots != SLOTS {
             return Err(io::Error::from_raw_os_error(libc::EPROTO));
@@ -150,7 +139,8 @@ impl StreamEvents {
 
 impl Drop for StreamEvents {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, unmapped once.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        // SAFETY: the mapping made in `map`, unmapped once; nothing uses it
+        // after the value is gone.
+        let _ = unsafe { sys::unmap(self.base, self.len) };
     }
 }

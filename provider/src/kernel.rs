@@ -11,6 +11,9 @@ use std::os::fd::RawFd;
 use xiw_abi::kernel::*;
 use xiw_abi::limits::DRIVER_ID;
 
+use crate::error::Error;
+use crate::sys;
+
 /// The kernel objects a QP is made of, by their kernel handles, and its sizes.
 #[derive(Clone, Copy)]
 pub struct QpObjects {
@@ -34,17 +37,22 @@ impl Kernel {
     }
 
     /// A protection domain; its handle.
-    pub fn alloc_pd(&self) -> Result<u32, i32> {
+    pub fn alloc_pd(&self) -> Result<u32, Error> {
         let mut resp = PdHandle::default();
         let cmd = AllocPd {
             response: &mut resp as *mut PdHandle as u64,
         };
-        self.write(CMD_ALLOC_PD, &cmd, size_of_val(&resp))?;
+        self.write(CMD_ALLOC_PD, "ALLOC_PD", &cmd, size_of_val(&resp))?;
         Ok(resp.pd_handle)
     }
 
-    pub fn dealloc_pd(&self, handle: u32) -> Result<(), i32> {
-        self.write(CMD_DEALLOC_PD, &PdHandle { pd_handle: handle }, 0)
+    pub fn dealloc_pd(&self, handle: u32) -> Result<(), Error> {
+        self.write(
+            CMD_DEALLOC_PD,
+            "DEALLOC_PD",
+            &PdHandle { pd_handle: handle },
+            0,
+        )
     }
 
     /// The kernel's object for QP `qpn` (the provider's number, which the
@@ -55,7 +63,7 @@ impl Kernel {
         user_handle: u64,
         qp: QpObjects,
         qpn: u32,
-    ) -> Result<(u32, Option<u32>), i32> {
+    ) -> Result<(u32, Option<u32>), Error> {
         /// The core's response, then xiw's.
         #[repr(C)]
         #[derive(Default)]
@@ -88,12 +96,14 @@ impl Kernel {
             reserved: 0,
             req: CreateQpReq { qpn, reserved: 0 },
         };
-        self.write(CMD_CREATE_QP, &cmd, size_of_val(&full))?;
+        self.write(CMD_CREATE_QP, "CREATE_QP", &cmd, size_of_val(&full))?;
         let resp = full.core;
         if resp.qpn != qpn {
             // The module took another number: the QP is not usable as named.
-            let _ = self.destroy(CMD_DESTROY_QP, resp.qp_handle);
-            return Err(libc::EPROTO);
+            let _ = self.destroy(CMD_DESTROY_QP, "DESTROY_QP", resp.qp_handle);
+            return Err(Error::Protocol(
+                "the module gave the QP another number than the provider's",
+            ));
         }
         let slot = full.drv.events_slot;
         Ok((
@@ -103,7 +113,7 @@ impl Kernel {
     }
 
     /// Tells the kernel's QP the state the provider's moved to.
-    pub fn modify_qp_state(&self, handle: u32, state: u32) -> Result<(), i32> {
+    pub fn modify_qp_state(&self, handle: u32, state: u32) -> Result<(), Error> {
         let cmd = ModifyQp {
             dests: [0; 64],
             qp_handle: handle,
@@ -118,13 +128,13 @@ impl Kernel {
             qp_state: state as u8,
             rest: [0; 15],
         };
-        self.write(CMD_MODIFY_QP, &cmd, 0)
+        self.write(CMD_MODIFY_QP, "MODIFY_QP", &cmd, 0)
     }
 
     /// Destroys the kernel's QP `handle`; how many async events the kernel
     /// reported for it (the application acknowledges as many first).
-    pub fn destroy_qp(&self, handle: u32) -> Result<u32, i32> {
-        self.destroy(CMD_DESTROY_QP, handle)
+    pub fn destroy_qp(&self, handle: u32) -> Result<u32, Error> {
+        self.destroy(CMD_DESTROY_QP, "DESTROY_QP", handle)
     }
 
     /// A shared receive queue of PD `pd`; its handle.
@@ -134,7 +144,7 @@ impl Kernel {
         pd: u32,
         max_wr: u32,
         max_sge: u32,
-    ) -> Result<u32, i32> {
+    ) -> Result<u32, Error> {
         let mut resp = CreateSrqResp::default();
         let cmd = CreateSrq {
             response: &mut resp as *mut CreateSrqResp as u64,
@@ -144,7 +154,7 @@ impl Kernel {
             max_sge,
             srq_limit: 0,
         };
-        self.write(CMD_CREATE_SRQ, &cmd, size_of_val(&resp))?;
+        self.write(CMD_CREATE_SRQ, "CREATE_SRQ", &cmd, size_of_val(&resp))?;
         Ok(resp.srq_handle)
     }
 
@@ -159,7 +169,7 @@ impl Kernel {
         len: u64,
         access: u32,
         stag: u32,
-    ) -> Result<u32, i32> {
+    ) -> Result<u32, Error> {
         use xiw_abi::verbs::*;
         let known = IBV_ACCESS_LOCAL_WRITE
             | IBV_ACCESS_REMOTE_WRITE
@@ -178,27 +188,27 @@ impl Kernel {
             access_flags: access & known,
             req: RegMrReq { stag, reserved: 0 },
         };
-        self.write(CMD_REG_MR, &cmd, size_of_val(&resp))?;
+        self.write(CMD_REG_MR, "REG_MR", &cmd, size_of_val(&resp))?;
         Ok(resp.mr_handle)
     }
 
-    pub fn dereg_mr(&self, handle: u32) -> Result<(), i32> {
-        self.write_destroy(CMD_DEREG_MR, &DeregMr { mr_handle: handle }, 0)
+    pub fn dereg_mr(&self, handle: u32) -> Result<(), Error> {
+        self.write_destroy(CMD_DEREG_MR, "DEREG_MR", &DeregMr { mr_handle: handle }, 0)
     }
 
     /// As [`Kernel::destroy_qp`], for an SRQ.
-    pub fn destroy_srq(&self, handle: u32) -> Result<u32, i32> {
-        self.destroy(CMD_DESTROY_SRQ, handle)
+    pub fn destroy_srq(&self, handle: u32) -> Result<u32, Error> {
+        self.destroy(CMD_DESTROY_SRQ, "DESTROY_SRQ", handle)
     }
 
-    fn destroy(&self, command: u32, handle: u32) -> Result<u32, i32> {
+    fn destroy(&self, command: u32, what: &'static str, handle: u32) -> Result<u32, Error> {
         let mut resp = DestroyObjResp::default();
         let cmd = DestroyObj {
             response: &mut resp as *mut DestroyObjResp as u64,
             handle,
             reserved: 0,
         };
-        self.write_destroy(command, &cmd, size_of_val(&resp))?;
+        self.write_destroy(command, what, &cmd, size_of_val(&resp))?;
         Ok(resp.events_reported)
     }
 
@@ -206,11 +216,17 @@ impl Kernel {
     /// the module holds the object (an event or a notification the
     /// provider's progress thread is raising on it): that ends at once, so
     /// the destroy is tried again.
-    fn write_destroy<C: Copy>(&self, command: u32, cmd: &C, resp_len: usize) -> Result<(), i32> {
+    fn write_destroy<C: Copy>(
+        &self,
+        command: u32,
+        what: &'static str,
+        cmd: &C,
+        resp_len: usize,
+    ) -> Result<(), Error> {
         let mut tries = 0;
         loop {
-            match self.write(command, cmd, resp_len) {
-                Err(libc::EBUSY) if tries < 10_000 => {
+            match self.write(command, what, cmd, resp_len) {
+                Err(e) if e.errno() == libc::EBUSY && tries < 10_000 => {
                     tries += 1;
                     std::thread::yield_now();
                 }
@@ -228,7 +244,7 @@ impl Kernel {
         cqe: u32,
         channel: Option<RawFd>,
         vector: u32,
-    ) -> Result<u32, i32> {
+    ) -> Result<u32, Error> {
         let mut resp = CreateCqResp::default();
         let cmd = CreateCq {
             response: &mut resp as *mut CreateCqResp as u64,
@@ -238,40 +254,42 @@ impl Kernel {
             comp_channel: channel.unwrap_or(-1),
             reserved: 0,
         };
-        self.write(CMD_CREATE_CQ, &cmd, size_of_val(&resp))?;
+        self.write(CMD_CREATE_CQ, "CREATE_CQ", &cmd, size_of_val(&resp))?;
         Ok(resp.cq_handle)
     }
 
     /// Destroys the kernel's CQ `handle`; how many completion events and
     /// async events the kernel reported for it (the application acknowledges
     /// as many before the CQ may go).
-    pub fn destroy_cq(&self, handle: u32) -> Result<(u32, u32), i32> {
+    pub fn destroy_cq(&self, handle: u32) -> Result<(u32, u32), Error> {
         let mut resp = DestroyCqResp::default();
         let cmd = DestroyCq {
             response: &mut resp as *mut DestroyCqResp as u64,
             cq_handle: handle,
             reserved: 0,
         };
-        self.write_destroy(CMD_DESTROY_CQ, &cmd, size_of_val(&resp))?;
+        self.write_destroy(CMD_DESTROY_CQ, "DESTROY_CQ", &cmd, size_of_val(&resp))?;
         Ok((resp.comp_events_reported, resp.async_events_reported))
     }
 
     /// Asks the module to signal the completion channel of CQ `handle`.
-    pub fn cq_notify(&self, handle: u32) -> Result<(), i32> {
+    pub fn cq_notify(&self, handle: u32) -> Result<(), Error> {
         self.method(
             OBJECT_CQ,
             METHOD_CQ_NOTIFY,
+            "CQ_NOTIFY",
             &[mandatory(ATTR_CQ_NOTIFY_HANDLE, 0, handle.into())],
         )
     }
 
     /// The next connection rdma_cm set up for one of this context's QPs; its
     /// socket is a descriptor of this process now. EAGAIN if none waits.
-    pub fn take_stream(&self) -> Result<Stream, i32> {
+    pub fn take_stream(&self) -> Result<Stream, Error> {
         let mut out = Stream::default();
         self.method(
             OBJECT_DEVICE,
             METHOD_TAKE_STREAM,
+            "TAKE_STREAM",
             &[mandatory(
                 ATTR_TAKE_STREAM_RESP,
                 size_of::<Stream>() as u16,
@@ -283,11 +301,12 @@ impl Kernel {
 
     /// Memory of the module's for a ring of `len` bytes: where it is mapped
     /// from the command fd.
-    pub fn ring_alloc(&self, len: u64) -> Result<u64, i32> {
+    pub fn ring_alloc(&self, len: u64) -> Result<u64, Error> {
         let mut offset = 0u64;
         self.method(
             OBJECT_DEVICE,
             METHOD_RING_ALLOC,
+            "RING_ALLOC",
             &[
                 mandatory(ATTR_RING_LEN, 8, len),
                 mandatory(ATTR_RING_OFFSET, 8, &mut offset as *mut u64 as u64),
@@ -297,10 +316,11 @@ impl Kernel {
     }
 
     /// Gives back the ring at `offset` (its memory goes with the last mapping).
-    pub fn ring_free(&self, offset: u64) -> Result<(), i32> {
+    pub fn ring_free(&self, offset: u64) -> Result<(), Error> {
         self.method(
             OBJECT_DEVICE,
             METHOD_RING_FREE,
+            "RING_FREE",
             &[mandatory(ATTR_RING_OFFSET, 8, offset)],
         )
     }
@@ -312,15 +332,16 @@ impl Kernel {
 
     /// Raises `event` (an `ibv_event_type`) on the kernel's `object`, so it
     /// reaches the application's async event fd.
-    pub fn raise_event(&self, object: EventObject, handle: u32, event: u32) -> Result<(), i32> {
-        let (obj, method) = match object {
-            EventObject::Qp => (OBJECT_QP, METHOD_QP_EVENT),
-            EventObject::Cq => (OBJECT_CQ, METHOD_CQ_EVENT),
-            EventObject::Srq => (OBJECT_SRQ, METHOD_SRQ_EVENT),
+    pub fn raise_event(&self, object: EventObject, handle: u32, event: u32) -> Result<(), Error> {
+        let (obj, method, what) = match object {
+            EventObject::Qp => (OBJECT_QP, METHOD_QP_EVENT, "QP_EVENT"),
+            EventObject::Cq => (OBJECT_CQ, METHOD_CQ_EVENT, "CQ_EVENT"),
+            EventObject::Srq => (OBJECT_SRQ, METHOD_SRQ_EVENT, "SRQ_EVENT"),
         };
         self.method(
             obj,
             method,
+            what,
             &[
                 mandatory(ATTR_EVENT_HANDLE, 0, handle.into()),
                 mandatory(ATTR_EVENT_TYPE, 8, event.into()),
@@ -328,8 +349,15 @@ impl Kernel {
         )
     }
 
-    /// One of the module's methods, with up to two attributes.
-    fn method(&self, object: u16, method: u16, attrs: &[IoctlAttr]) -> Result<(), i32> {
+    /// One of the module's methods (`what`, for the error), with up to two
+    /// attributes.
+    fn method(
+        &self,
+        object: u16,
+        method: u16,
+        what: &'static str,
+        attrs: &[IoctlAttr],
+    ) -> Result<(), Error> {
         #[repr(C)]
         struct Call {
             hdr: IoctlHdr,
@@ -348,19 +376,23 @@ impl Kernel {
             attrs: [IoctlAttr::default(); 2],
         };
         call.attrs[..n].copy_from_slice(&attrs[..n]);
-        // SAFETY: the command fd takes RDMA_VERBS_IOCTL with a header and
-        // the attributes it announces, all in `call`.
-        let rc = unsafe { libc::ioctl(self.fd, RDMA_VERBS_IOCTL as _, &mut call as *mut Call) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(errno())
-        }
+        const IOCTL: rustix::ioctl::Opcode = RDMA_VERBS_IOCTL as rustix::ioctl::Opcode;
+        // SAFETY: the command fd (open while the context lives) takes
+        // RDMA_VERBS_IOCTL with a header and the attributes it announces, all
+        // in `call`; the buffers the attributes name outlive the call.
+        unsafe { sys::ioctl_update::<IOCTL, Call>(self.fd, &mut call) }
+            .map_err(|e| refused(what, &e))
     }
 
-    /// A legacy `write()` command: the header, then `cmd` (whose `response`
-    /// points at `resp_len` bytes the kernel fills).
-    fn write<C: Copy>(&self, command: u32, cmd: &C, resp_len: usize) -> Result<(), i32> {
+    /// A legacy `write()` command (`what`, for the error): the header, then
+    /// `cmd` (whose `response` points at `resp_len` bytes the kernel fills).
+    fn write<C: Copy>(
+        &self,
+        command: u32,
+        what: &'static str,
+        cmd: &C,
+        resp_len: usize,
+    ) -> Result<(), Error> {
         #[repr(C)]
         struct Buf<C> {
             hdr: CmdHdr,
@@ -377,13 +409,14 @@ impl Kernel {
         let len = size_of::<Buf<C>>();
         // SAFETY: writing `len` bytes of `buf`; the kernel writes the
         // response to the buffer the command points at, which outlives the call.
-        let n = unsafe { libc::write(self.fd, &buf as *const Buf<C> as *const libc::c_void, len) };
-        if n == len as isize {
-            Ok(())
-        } else if n < 0 {
-            Err(errno())
-        } else {
-            Err(libc::EIO)
+        match unsafe { sys::write_raw(self.fd, &buf as *const Buf<C> as *const u8, len) } {
+            Ok(n) if n == len => Ok(()),
+            // Part of a command is no command.
+            Ok(_) => Err(Error::Kernel {
+                what,
+                errno: libc::EIO,
+            }),
+            Err(e) => Err(refused(what, &e)),
         }
     }
 }
@@ -408,8 +441,10 @@ fn mandatory(attr_id: u16, len: u16, data: u64) -> IoctlAttr {
     }
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+/// The kernel refused `what` with `e` (EIO if it has no errno).
+fn refused(what: &'static str, e: &std::io::Error) -> Error {
+    Error::Kernel {
+        what,
+        errno: e.raw_os_error().unwrap_or(libc::EIO),
+    }
 }

@@ -5,7 +5,8 @@
 //! (STags), `cq`, `srq`, `wqe` (a work request as the send queue holds it),
 //! `verbs` (the C surface), `dv` (the direct verbs of xiwdv.h), `persist`
 //! (the medium behind flushable memory), `registration` (the provider's
-//! registration with libibverbs), `wire` (codecs).
+//! registration with libibverbs), `wire` (codecs), `error` (the provider's
+//! error and the errno it is for the verbs), `sys` (its system calls).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod async_event;
@@ -13,6 +14,7 @@ pub mod context;
 pub mod cq;
 pub mod crc;
 pub mod dv;
+pub mod error;
 pub mod events_page;
 pub mod kernel;
 pub mod log;

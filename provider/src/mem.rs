@@ -13,6 +13,7 @@
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use crate::error::Error;
 use crate::persist::{Hash, Media};
 
 use xiw_abi::verbs::*;
@@ -307,14 +308,16 @@ impl MrTable {
     /// Removes an MR; waits for any access in progress (it holds the read
     /// lock). `EINVAL` if `stag` names no region, `EBUSY` while windows are
     /// bound to it.
-    pub fn deregister(&self, stag: u32) -> Result<(), i32> {
+    pub fn deregister(&self, stag: u32) -> Result<(), Error> {
         let mut s = self.slots.write();
-        let mr = lookup(&s, stag).map_err(|_| libc::EINVAL)?;
+        let mr = lookup(&s, stag).map_err(|_| Error::invalid("no memory region has this key"))?;
         if mr.window.is_some() {
-            return Err(libc::EINVAL);
+            return Err(Error::invalid(
+                "the key is a memory window's, not a region's",
+            ));
         }
         if mr.windows > 0 {
-            return Err(libc::EBUSY);
+            return Err(Error::Busy("memory windows are bound to the region".into()));
         }
         let index = s.slot_of(stag);
         s.mrs[index] = None;
@@ -1147,7 +1150,7 @@ mod tests {
             Err(AccessError::InvalidStag),
             "not a local key"
         );
-        assert_eq!(t.deregister(mr), Err(libc::EBUSY));
+        assert_eq!(t.deregister(mr).map_err(|e| e.errno()), Err(libc::EBUSY));
         assert_eq!(t.view(mr).map(|v| v.windows), Some(1));
         // Refused binds: another type, a region without the bind right, a
         // range outside it, rights a read-only region cannot back.
@@ -1293,7 +1296,11 @@ mod tests {
         );
         assert_eq!(t.view(mr).map(|v| v.windows), Some(0));
         assert_eq!(t.deregister(mr), Ok(()));
-        assert_eq!(t.deregister(w2), Err(libc::EINVAL), "a window is no region");
+        assert_eq!(
+            t.deregister(w2).map_err(|e| e.errno()),
+            Err(libc::EINVAL),
+            "a window is no region"
+        );
         assert!(t.free_window(b2 >> 8));
         assert!(!t.free_window(b2 >> 8));
         assert!(!t.free_window(mr >> 8), "a region is no window");

@@ -9,43 +9,22 @@
 //! against the process's mappings just before it is done; prefetching
 //! (`ibv_advise_mr`) asks the kernel to populate the pages.
 
+use crate::error::Error;
+use crate::sys;
+
 /// Copies `out.len()` bytes from this process's address `from` into `out`;
 /// false if any of them is not mapped readable.
 pub fn read(from: u64, out: &mut [u8]) -> bool {
-    transfer(out.as_mut_ptr(), out.len(), from, false)
+    out.is_empty() || sys::read_own(from, out).is_ok_and(|n| n == out.len())
 }
 
 /// Copies `data` to this process's address `to`; false if any of the bytes
 /// is not mapped writable (those before it may have been written).
 pub fn write(to: u64, data: &[u8]) -> bool {
-    transfer(data.as_ptr() as *mut u8, data.len(), to, true)
-}
-
-/// Moves `len` bytes between our buffer at `local` and this process's
-/// address `remote` through the kernel (to `remote` if `to_remote`).
-fn transfer(local: *mut u8, len: usize, remote: u64, to_remote: bool) -> bool {
-    if len == 0 {
-        return true;
-    }
-    let l = libc::iovec {
-        iov_base: local.cast(),
-        iov_len: len,
-    };
-    let r = libc::iovec {
-        iov_base: remote as *mut libc::c_void,
-        iov_len: len,
-    };
-    // SAFETY: `local` is `len` bytes of the caller's own buffer (only read
-    // when writing to `remote`); the kernel checks `remote` and fails on what
-    // is not mapped (writable, if written) instead of faulting.
-    let n = unsafe {
-        if to_remote {
-            libc::process_vm_writev(libc::getpid(), &l, 1, &r, 1, 0)
-        } else {
-            libc::process_vm_readv(libc::getpid(), &l, 1, &r, 1, 0)
-        }
-    };
-    n == len as isize
+    // SAFETY: `to` is on-demand paging memory the application registered,
+    // which the provider writes as an RNIC would; no reference of the
+    // provider's covers it.
+    data.is_empty() || unsafe { sys::write_own(to, data) }.is_ok_and(|n| n == data.len())
 }
 
 /// Whether `[addr, addr+len)` is mapped now, and writable if `write`.
@@ -57,50 +36,37 @@ pub fn accessible(addr: u64, len: u64, write: bool) -> bool {
     }
 }
 
-/// `MADV_POPULATE_READ` and `MADV_POPULATE_WRITE` (Linux 5.14).
-const POPULATE_READ: libc::c_int = 22;
-const POPULATE_WRITE: libc::c_int = 23;
-
 /// Brings the pages of `[addr, addr+len)` in (for writing if `write`), as
-/// an RNIC's prefetch would; the errno if some of them are not mapped (so
+/// an RNIC's prefetch would; an error if some of them are not mapped (so
 /// mapped).
-pub fn populate(addr: u64, len: u64, write: bool) -> Result<(), i32> {
+pub fn populate(addr: u64, len: u64, write: bool) -> Result<(), Error> {
     if len == 0 {
         return Ok(());
     }
-    // SAFETY: sysconf has no preconditions.
-    let page = (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as u64;
+    let page = sys::page_size();
     let start = addr & !(page - 1);
     let end = addr
         .checked_add(len)
         .and_then(|e| e.checked_next_multiple_of(page))
-        .ok_or(libc::EINVAL)?;
-    let advice = if write { POPULATE_WRITE } else { POPULATE_READ };
-    // SAFETY: populating changes no mapping and no byte; the kernel checks
-    // the range.
-    let r = unsafe { libc::madvise(start as *mut libc::c_void, (end - start) as usize, advice) };
-    if r == 0 {
+        .ok_or(Error::invalid("the range wraps around the address space"))?;
+    let not_mapped = || Error::NotMapped(format!("{addr:#x}+{len} is not mapped").into());
+    let Err(e) = sys::populate(start, (end - start) as usize, write) else {
         return Ok(());
-    }
-    match std::io::Error::last_os_error().raw_os_error() {
+    };
+    match e.raw_os_error() {
         // An older kernel: check the range is mapped, and read ahead.
         Some(libc::EINVAL) => {
             if !accessible(start, end - start, write) {
-                return Err(libc::EFAULT);
+                return Err(not_mapped());
             }
-            // SAFETY: as above; WILLNEED only starts reading pages in.
-            unsafe {
-                libc::madvise(
-                    start as *mut libc::c_void,
-                    (end - start) as usize,
-                    libc::MADV_WILLNEED,
-                )
-            };
+            let _ = sys::will_need(start, (end - start) as usize);
             Ok(())
         }
-        Some(libc::ENOMEM) => Err(libc::EFAULT),
-        Some(e) => Err(e),
-        None => Err(libc::EFAULT),
+        Some(libc::ENOMEM) | None => Err(not_mapped()),
+        Some(errno) => Err(Error::Kernel {
+            what: "the prefetch",
+            errno,
+        }),
     }
 }
 
@@ -112,18 +78,17 @@ mod tests {
     /// error, not a fault.
     #[test]
     fn copies_fail_instead_of_faulting() {
+        use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
         // SAFETY: a fresh anonymous mapping of three pages, ours alone.
         let base = unsafe {
-            libc::mmap(
+            rustix::mm::mmap_anonymous(
                 std::ptr::null_mut(),
                 3 * 4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
             )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
+        }
+        .unwrap();
         let b = base as u64;
         assert!(write(b + 10, b"hello"));
         let mut got = [0u8; 5];
@@ -133,11 +98,8 @@ mod tests {
         assert!(accessible(b, 3 * 4096, true));
         // SAFETY: the middle page of our mapping.
         unsafe {
-            assert_eq!(libc::munmap((b + 4096) as *mut libc::c_void, 4096), 0);
-            assert_eq!(
-                libc::mprotect((b + 8192) as *mut libc::c_void, 4096, libc::PROT_READ),
-                0
-            );
+            rustix::mm::munmap((b + 4096) as *mut _, 4096).unwrap();
+            rustix::mm::mprotect((b + 8192) as *mut _, 4096, MprotectFlags::READ).unwrap();
         }
         assert!(!write(b + 4000, &[1u8; 200]), "across the hole");
         assert!(!read(b + 4096, &mut got), "in the hole");
@@ -146,11 +108,14 @@ mod tests {
         assert!(!accessible(b, 3 * 4096, false));
         assert!(!accessible(b + 8192, 8, true));
         assert!(accessible(b + 8192, 8, false));
-        assert_eq!(populate(b + 4096, 10, false), Err(libc::EFAULT));
+        assert_eq!(
+            populate(b + 4096, 10, false).map_err(|e| e.errno()),
+            Err(libc::EFAULT)
+        );
         // SAFETY: what is left of our mapping.
         unsafe {
-            libc::munmap(base, 4096);
-            libc::munmap((b + 8192) as *mut libc::c_void, 4096);
+            rustix::mm::munmap(base, 4096).unwrap();
+            rustix::mm::munmap((b + 8192) as *mut _, 4096).unwrap();
         }
     }
 }

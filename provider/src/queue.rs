@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use memmap2::{MmapMut, MmapOptions};
 use xiw_abi::ring::*;
 
+use crate::error::Error;
 use crate::kernel::Kernel;
 
 pub use xiw_abi::limits::MAX_SGE;
@@ -49,7 +50,7 @@ impl Ring {
             Some(k) => {
                 let off = k
                     .ring_alloc(len as u64)
-                    .map_err(io::Error::from_raw_os_error)?;
+                    .map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
                 // SAFETY: a shared mapping of the memory the module just made
                 // for this ring (zeroed, `len` bytes rounded up to pages), which
                 // nothing else maps; it stays until the mapping is dropped.
@@ -203,20 +204,20 @@ pub fn sge_spans(
 }
 
 /// Posts receive WQEs, each a wr_id and its SGEs, on a ring (a QP's RQ or an SRQ);
-/// `Err((index, errno))` names the first refused. The caller serialises
+/// `Err((index, why))` names the first refused. The caller serialises
 /// producers.
 pub fn post_recv_ring<'a>(
     ring: &Ring,
     max_sge: u32,
     wrs: impl Iterator<Item = (u64, &'a [Sge])>,
-) -> Result<(), (usize, i32)> {
+) -> Result<(), (usize, Error)> {
     let mut p = ring.producer();
     for (i, (wr_id, sges)) in wrs.enumerate() {
         if sges.len() > max_sge as usize {
-            return Err((i, libc::EINVAL));
+            return Err((i, Error::invalid("more SGEs than the queue takes")));
         }
         if p.wrapping_sub(ring.consumer()) >= ring.entries {
-            return Err((i, libc::ENOMEM));
+            return Err((i, Error::NoMemory("the receive queue is full".into())));
         }
         const AT: usize = std::mem::size_of::<RecvWqe>();
         // SAFETY: slot `p` is free and producers are serialised by the caller's lock;

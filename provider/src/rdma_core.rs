@@ -12,6 +12,8 @@ use xiw_abi::driver::private::{
 };
 use xiw_abi::driver::*;
 
+use crate::error::Error;
+
 /// libibverbs' private helpers, of the private ABI of its release.
 pub struct Private {
     pub register_driver: RegisterDriver,
@@ -31,7 +33,7 @@ enum GetContext {
 
 impl Private {
     /// Asks the kernel for its context of the device behind `vctx` (a device
-    /// the kernel module registered); the errno on failure.
+    /// the kernel module registered).
     ///
     /// # Safety
     /// `vctx` was just made by `init_and_alloc_context` on the device's command fd.
@@ -41,7 +43,7 @@ impl Private {
         &self,
         vctx: *mut xiw_abi::verbs::verbs_context,
         cm_eventfd: i32,
-    ) -> Result<xiw_abi::kernel::AllocUcontextResp, i32> {
+    ) -> Result<xiw_abi::kernel::AllocUcontextResp, Error> {
         /// `struct ibv_get_context` (header and response pointer, which
         /// libibverbs fills in), then xiw's driver data.
         #[repr(C)]
@@ -82,7 +84,10 @@ impl Private {
         if rc == 0 {
             Ok(resp.drv)
         } else {
-            Err(rc)
+            Err(Error::Kernel {
+                what: "a context",
+                errno: rc,
+            })
         }
     }
 }
@@ -146,8 +151,8 @@ struct Found {
     private: Private,
 }
 
-fn found() -> &'static Result<Found, String> {
-    static F: OnceLock<Result<Found, String>> = OnceLock::new();
+fn found() -> &'static Result<Found, Error> {
+    static F: OnceLock<Result<Found, Error>> = OnceLock::new();
     F.get_or_init(find)
 }
 
@@ -165,7 +170,7 @@ pub fn layout() -> &'static Layout {
 /// Which of [`LAYOUTS`] the loaded libibverbs has, or why none: the
 /// release its file name carries, confirmed by what the library exports
 /// (see [`find`]).
-pub fn detect() -> Result<&'static Layout, String> {
+pub fn detect() -> Result<&'static Layout, Error> {
     found().as_ref().map(|f| f.layout).map_err(Clone::clone)
 }
 
@@ -175,21 +180,22 @@ pub fn detect() -> Result<&'static Layout, String> {
 /// exports, and the probe symbols it exports ([`PROBES`]), which arrived in
 /// known releases. Releases 39 to 48 export the same symbols; there the name
 /// alone tells them apart.
-fn find() -> Result<Found, String> {
-    let lib = Loaded::get().ok_or("libibverbs is not loaded")?;
-    let (library_minor, v) = rdma_core_version(&lib)
-        .ok_or("cannot tell which rdma-core version loaded this provider")?;
+fn find() -> Result<Found, Error> {
+    let lib = Loaded::get().ok_or_else(|| Error::Library("libibverbs is not loaded".into()))?;
+    let (library_minor, v) = rdma_core_version(&lib).ok_or_else(|| {
+        Error::Library("cannot tell which rdma-core version loaded this provider".into())
+    })?;
     // "56.1": the series decides the layout (no minor release changed one).
     let major: u32 = v
         .split_once('.')
         .filter(|(_, minor)| minor.parse::<u32>().is_ok())
         .and_then(|(major, _)| major.parse().ok())
-        .ok_or_else(|| format!("cannot read the rdma-core version {v:?}"))?;
+        .ok_or_else(|| Error::Library(format!("cannot read the rdma-core version {v:?}")))?;
     let l = Layout::of(major).ok_or_else(|| {
-        format!(
+        Error::Library(format!(
             "running with rdma-core {v}; this provider serves rdma-core {}",
             Layout::known()
-        )
+        ))
     })?;
     let abi = l.private_abi();
     let exported_abis: Vec<u32> = p::ABIS
@@ -205,9 +211,9 @@ fn find() -> Result<Found, String> {
         lib.address(name, version).is_some() == l.has_probe(since)
     });
     if exported_abis != [abi] || library_minor != l.library_minor() || !probes_agree {
-        return Err(format!(
+        return Err(Error::Library(format!(
             "libibverbs is named as rdma-core {v}, but its symbols are not that release's"
-        ));
+        )));
     }
     // SAFETY: each type is its name's (xiw_abi::driver::private).
     let private = unsafe {
@@ -227,7 +233,11 @@ fn find() -> Result<Found, String> {
             })
         })()
     }
-    .ok_or_else(|| format!("libibverbs of rdma-core {v} lacks the private helpers of ABI {abi}"))?;
+    .ok_or_else(|| {
+        Error::Library(format!(
+            "libibverbs of rdma-core {v} lacks the private helpers of ABI {abi}"
+        ))
+    })?;
     Ok(Found { layout: l, private })
 }
 

@@ -11,6 +11,7 @@ use xiw_abi::driver::*;
 use xiw_abi::verbs::*;
 
 use crate::context::{Config, Shared};
+use crate::error::Error;
 use crate::rdma_core;
 use crate::sysfs_tree::DeviceInfo;
 use crate::verbs::{self, XiwContext};
@@ -123,7 +124,7 @@ unsafe extern "C" fn alloc_context(
         let info = if kernel {
             DeviceInfo::from_kernel(dir)
         } else {
-            DeviceInfo::load(dir).map_err(|e| format!("{e} (run `xiw up`)"))
+            DeviceInfo::load(dir).map_err(|e| Error::Device(format!("{e} (run `xiw up`)")))
         };
         let info = match info {
             Ok(i) => i,
@@ -169,10 +170,7 @@ unsafe extern "C" fn alloc_context(
                 drv = d;
             }
             if let Err(e) = got {
-                eprintln!(
-                    "xiw: {}: the kernel refused a context: errno {e}",
-                    info.ibdev
-                );
+                eprintln!("xiw: {}: {e}", info.ibdev);
                 // SAFETY: undo _verbs_init_and_alloc_context.
                 unsafe {
                     (lib.uninit_context)(vctx);

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use xiw_abi::ring::*;
 
+use crate::error::Error;
 use crate::queue::{post_recv_ring, take_recv_ring, RecvJob, Ring};
 
 pub struct Srq {
@@ -41,11 +42,11 @@ impl Srq {
         self.ring.entries
     }
 
-    /// Posts receive WQEs; `Err((index, errno))` names the first one refused.
+    /// Posts receive WQEs; `Err((index, why))` names the first one refused.
     pub fn post<'a>(
         &self,
         wrs: impl Iterator<Item = (u64, &'a [Sge])>,
-    ) -> Result<(), (usize, i32)> {
+    ) -> Result<(), (usize, Error)> {
         let _g = self.post.lock();
         post_recv_ring(&self.ring, self.max_sge, wrs)
     }

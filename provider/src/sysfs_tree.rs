@@ -26,6 +26,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::error::Error;
+
 /// Name prefix of our devices: xiw0, xiw1, ...
 pub const IBDEV_PREFIX: &str = "xiw";
 /// `class/infiniband_verbs/abi_version`: the uverbs ABI libibverbs v44
@@ -112,27 +114,32 @@ impl DeviceInfo {
     /// Reads a device the kernel module registered, at `ibdev_path`
     /// (`/sys/class/infiniband/<ibdev>`): the netdev it is bound to, and that
     /// netdev's address, MTU and hardware address in this network namespace.
-    pub fn from_kernel(ibdev_path: &Path) -> Result<DeviceInfo, String> {
+    pub fn from_kernel(ibdev_path: &Path) -> Result<DeviceInfo, Error> {
         let ibdev = ibdev_path
             .file_name()
             .and_then(|n| n.to_str())
-            .ok_or_else(|| format!("{}: not a device directory", ibdev_path.display()))?;
+            .ok_or_else(|| {
+                Error::Device(format!("{}: not a device directory", ibdev_path.display()))
+            })?;
         let read = |rel: &str| {
             let p = ibdev_path.join(rel);
             fs::read_to_string(&p)
                 .map(|s| s.trim().to_string())
-                .map_err(|e| format!("{}: {e}", p.display()))
+                .map_err(|e| Error::Device(format!("{}: {e}", p.display())))
         };
         // The port's GID 1 is the netdev's hardware address (GID 0 its IPv4
         // address): the netdev is the one that has it (the RDMA core keeps
         // no netdev with an iWARP GID).
         let gid = read("ports/1/gids/1")?;
-        let gid = parse_gid(&gid).ok_or_else(|| format!("{ibdev}: bad GID {gid:?}"))?;
-        let netdev = netdev_with_mac(&gid[..6]).map_err(|e| format!("{ibdev}: {e}"))?;
+        let gid =
+            parse_gid(&gid).ok_or_else(|| Error::Device(format!("{ibdev}: bad GID {gid:?}")))?;
+        let netdev =
+            netdev_with_mac(&gid[..6]).map_err(|e| Error::Device(format!("{ibdev}: {e}")))?;
         let node_guid = read("node_guid")?;
         let node_guid = parse_guid(&node_guid)
-            .ok_or_else(|| format!("{ibdev}: bad node_guid {node_guid:?}"))?;
-        let n = crate::netdev::lookup_netdev(&netdev).map_err(|e| format!("{ibdev}: {e}"))?;
+            .ok_or_else(|| Error::Device(format!("{ibdev}: bad node_guid {node_guid:?}")))?;
+        let n = crate::netdev::lookup_netdev(&netdev)
+            .map_err(|e| Error::Device(format!("{ibdev}: {e}")))?;
         Ok(DeviceInfo {
             ibdev: ibdev.to_string(),
             netdev,
@@ -151,7 +158,7 @@ impl DeviceInfo {
     /// (GID 1, as iWARP devices have): this device's own, or that of a
     /// neighbour on its netdev (which the applications' own exchange over
     /// that interface has made known).
-    pub fn peer_addr(&self, gid: &[u8; 16]) -> Result<IpAddr, String> {
+    pub fn peer_addr(&self, gid: &[u8; 16]) -> Result<IpAddr, Error> {
         if !self.kernel || gid[6..].iter().any(|&b| b != 0) {
             return Ok(addr_from_gid(gid));
         }
@@ -159,21 +166,22 @@ impl DeviceInfo {
         if mac == self.mac {
             return Ok(self.addr);
         }
-        let arp = fs::read_to_string("/proc/net/arp").map_err(|e| format!("/proc/net/arp: {e}"))?;
+        let arp = fs::read_to_string("/proc/net/arp")
+            .map_err(|e| Error::Connect(format!("/proc/net/arp: {e}")))?;
         neighbour_with_mac(&arp, &self.netdev, &mac).ok_or_else(|| {
-            format!(
+            Error::Connect(format!(
                 "no neighbour on {} has the hardware address {} of the peer's GID \
                  (the peer must be reachable over {} by IPv4)",
                 self.netdev,
                 format_mac(&mac),
                 self.netdev
-            )
+            ))
         })
     }
 
     /// Parses the contents of an `xiw_config` file. Unknown keys are ignored
     /// so a newer CLI can add some without breaking an older provider.
-    pub fn from_config(ibdev: &str, text: &str) -> Result<DeviceInfo, String> {
+    pub fn from_config(ibdev: &str, text: &str) -> Result<DeviceInfo, Error> {
         let mut netdev = None;
         let mut ifindex = None;
         let mut addr = None;
@@ -187,9 +195,9 @@ impl DeviceInfo {
             }
             let (key, value) = line
                 .split_once('=')
-                .ok_or_else(|| format!("line {}: expected key=value", n + 1))?;
+                .ok_or_else(|| Error::Device(format!("line {}: expected key=value", n + 1)))?;
             let (key, value) = (key.trim(), value.trim());
-            let bad = || format!("line {}: bad value for {key}: {value:?}", n + 1);
+            let bad = || Error::Device(format!("line {}: bad value for {key}: {value:?}", n + 1));
             match key {
                 "netdev" => netdev = Some(value.to_string()),
                 "ifindex" => ifindex = Some(value.parse::<u32>().map_err(|_| bad())?),
@@ -200,7 +208,7 @@ impl DeviceInfo {
                 _ => {}
             }
         }
-        let missing = |key: &str| format!("missing key {key}");
+        let missing = |key: &str| Error::Device(format!("missing key {key}"));
         let addr = addr.ok_or_else(|| missing("addr"))?;
         Ok(DeviceInfo {
             ibdev: ibdev.to_string(),
@@ -247,10 +255,13 @@ fn neighbour_with_mac(arp: &str, netdev: &str, mac: &[u8; 6]) -> Option<IpAddr> 
 
 /// The one network interface (in this network namespace) whose hardware
 /// address is `mac`.
-fn netdev_with_mac(mac: &[u8]) -> Result<String, String> {
-    let want = format_mac(mac.try_into().map_err(|_| "short hardware address")?);
+fn netdev_with_mac(mac: &[u8]) -> Result<String, Error> {
+    let mac = mac
+        .try_into()
+        .map_err(|_| Error::Device("short hardware address".into()))?;
+    let want = format_mac(mac);
     let mut found: Vec<String> = fs::read_dir("/sys/class/net")
-        .map_err(|e| format!("/sys/class/net: {e}"))?
+        .map_err(|e| Error::Device(format!("/sys/class/net: {e}")))?
         .filter_map(|e| e.ok())
         .filter(|e| fs::read_to_string(e.path().join("address")).is_ok_and(|a| a.trim() == want))
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
@@ -258,13 +269,13 @@ fn netdev_with_mac(mac: &[u8]) -> Result<String, String> {
     found.sort();
     match found.len() {
         1 => Ok(found.remove(0)),
-        0 => Err(format!(
+        0 => Err(Error::Device(format!(
             "no network interface has the port's address {want}"
-        )),
-        _ => Err(format!(
+        ))),
+        _ => Err(Error::Device(format!(
             "network interfaces {} share the port's address {want}: cannot tell which",
             found.join(", ")
-        )),
+        ))),
     }
 }
 
@@ -747,8 +758,12 @@ mod tests {
     #[test]
     fn config_errors_name_the_problem() {
         let err = DeviceInfo::from_config("xiw0", "netdev=lo\n").unwrap_err();
+        assert_eq!(err.errno(), libc::ENODEV);
+        let err = err.to_string();
         assert!(err.contains("missing key"), "{err}");
-        let err = DeviceInfo::from_config("xiw0", "mtu=big\n").unwrap_err();
+        let err = DeviceInfo::from_config("xiw0", "mtu=big\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("mtu"), "{err}");
         // Unknown keys are fine.
         let text = format!("{}future=1\n", sample().to_config());

@@ -4,14 +4,14 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use xiw_engine::setup;
 
 use crate::private_data::parse_xiw;
-use crate::sys::{recv_raw, send_now};
+use crate::sys::{self, recv_raw, send_now};
 use crate::wire::mpa;
 
 /// What a failed read or write of a QP's stream means for the QP: the end
@@ -139,18 +139,8 @@ pub fn socket_for(addr: IpAddr) -> io::Result<Socket> {
 /// holds, TIME_WAIT ones included, which with thousands of QPs connecting
 /// takes seconds, and fails once the range is crowded.
 pub fn bind_for_connect(s: &Socket, local: IpAddr) -> io::Result<()> {
-    let one: libc::c_int = 1;
-    // SAFETY: a socket option set on our own live socket, from a live int of
-    // the size given. Best effort: without it the bind below still works.
-    unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(s),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            (&one as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    // Best effort: without it the bind below still works.
+    let _ = sys::set_bind_address_no_port(s.as_fd());
     s.bind(&SocketAddr::new(local, 0).into())
 }
 
@@ -168,13 +158,7 @@ pub fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
             Err(e) => e,
         };
         if e.raw_os_error() == Some(libc::EAGAIN) && Instant::now() < deadline {
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, 10) };
+            sys::wait_writable(fd, 10);
             continue;
         }
         return Err(e);

@@ -9,13 +9,15 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader};
-use std::mem::MaybeUninit;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+use crate::sys;
 
 /// What backs a registered range, weakest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,10 +113,10 @@ impl Media {
     /// the weakest. Shared file mappings are opened (through
     /// /proc/self/map_files, else by path, checked to be the same inode).
     /// An empty range is [`MediaKind::Anonymous`]: there is nothing to make durable.
-    pub fn probe(addr: u64, len: u64) -> Result<Media, String> {
-        let end = addr
-            .checked_add(len)
-            .ok_or_else(|| format!("{addr:#x}+{len:#x} wraps around the address space"))?;
+    pub fn probe(addr: u64, len: u64) -> Result<Media, Error> {
+        let end = addr.checked_add(len).ok_or_else(|| {
+            Error::Media(format!("{addr:#x}+{len:#x} wraps around the address space"))
+        })?;
         let mut media = Media {
             kind: MediaKind::Anonymous,
             start: addr,
@@ -128,7 +130,7 @@ impl Media {
             return Ok(media);
         }
         let maps = std::fs::read_to_string("/proc/self/maps")
-            .map_err(|e| format!("cannot read /proc/self/maps: {e}"))?;
+            .map_err(|e| Error::Media(format!("cannot read /proc/self/maps: {e}")))?;
         let vmas = cover(maps.lines().filter_map(parse_vma), addr, end)?;
 
         let mut files: Vec<(FileId, Arc<Opened>)> = Vec::new();
@@ -143,10 +145,9 @@ impl Media {
             .map(|p| p.vma_start)
             .collect();
         if !maybe_dax.is_empty() {
-            let smaps = File::open("/proc/self/smaps")
-                .map_err(|e| format!("cannot read /proc/self/smaps: {e}"))?;
-            let sync = sync_flags(BufReader::new(smaps), &maybe_dax, end)
-                .map_err(|e| format!("cannot read /proc/self/smaps: {e}"))?;
+            let unreadable = |e| Error::Media(format!("cannot read /proc/self/smaps: {e}"));
+            let smaps = File::open("/proc/self/smaps").map_err(unreadable)?;
+            let sync = sync_flags(BufReader::new(smaps), &maybe_dax, end).map_err(unreadable)?;
             for p in pieces.iter_mut().filter(|p| p.maybe_dax) {
                 if sync.contains(&p.vma_start) {
                     p.kind = MediaKind::Dax;
@@ -292,19 +293,9 @@ impl Media {
     fn msync(&self, addr: u64, len: u64) -> io::Result<()> {
         let start = addr & !(self.page - 1);
         let end = (addr + len).div_ceil(self.page) * self.page;
-        // SAFETY: msync reads no memory through the pointer; mappings are page
-        // aligned, so the cover stays inside the probed mappings (ENOMEM otherwise).
-        let r = unsafe {
-            libc::msync(
-                start as *mut libc::c_void,
-                (end - start) as usize,
-                libc::MS_SYNC,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        // Mappings are page aligned, so the cover stays inside the probed
+        // mappings (ENOMEM otherwise).
+        sys::msync(start, (end - start) as usize)
     }
 
     /// Hashes `len` bytes of `file` at `off`, which the mapping shows at `addr`.
@@ -330,18 +321,7 @@ impl Media {
         // match what was written), then read normally.
         self.msync(addr, len)?;
         let start = off - off % file.align;
-        // SAFETY: plain syscall on an fd this Media owns.
-        let r = unsafe {
-            libc::posix_fadvise(
-                file.file.as_raw_fd(),
-                start as libc::off_t,
-                (off + len - start) as libc::off_t,
-                libc::POSIX_FADV_DONTNEED,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::from_raw_os_error(r));
-        }
+        sys::drop_cached(file.file.as_fd(), start, off + len - start)?;
         read_hashed(&file.file, off, len, file.align, false, bounce, h)
     }
 }
@@ -353,6 +333,7 @@ mod tests {
     use super::probe::*;
     use super::*;
     use memmap2::{MmapMut, MmapOptions};
+    use rustix::mm::{MapFlags, ProtFlags};
     use std::io::Write;
     use std::path::{Path, PathBuf};
 
@@ -387,33 +368,22 @@ mod tests {
 
     /// An mmap'd region unmapped on drop.
     struct Region {
-        addr: *mut libc::c_void,
+        addr: *mut std::ffi::c_void,
         len: usize,
     }
 
     impl Region {
-        fn map(
-            at: *mut libc::c_void,
-            len: usize,
-            flags: libc::c_int,
-            fd: libc::c_int,
-            off: i64,
-        ) -> *mut libc::c_void {
-            // SAFETY: tests map fresh memory, or MAP_FIXED over a Region they own.
-            let p =
-                unsafe { libc::mmap(at, len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, off) };
-            assert_ne!(p, libc::MAP_FAILED, "{}", io::Error::last_os_error());
-            p
-        }
-
-        fn anonymous(len: usize, flags: libc::c_int) -> Region {
-            let addr = Region::map(
-                std::ptr::null_mut(),
-                len,
-                flags | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
+        fn anonymous(len: usize, flags: MapFlags) -> Region {
+            // SAFETY: a fresh mapping, which replaces none.
+            let addr = unsafe {
+                rustix::mm::mmap_anonymous(
+                    std::ptr::null_mut(),
+                    len,
+                    ProtFlags::READ | ProtFlags::WRITE,
+                    flags,
+                )
+            }
+            .unwrap();
             Region { addr, len }
         }
 
@@ -422,17 +392,20 @@ mod tests {
         }
 
         /// Maps `len` bytes of `f` at `off` over `base() + at`.
-        fn place(&self, at: usize, len: usize, f: &File, off: i64) {
+        fn place(&self, at: usize, len: usize, f: &File, off: u64) {
             assert!(at + len <= self.len);
-            // SAFETY: the target lies inside this region.
-            let target = unsafe { self.addr.cast::<u8>().add(at) }.cast();
-            Region::map(
-                target,
-                len,
-                libc::MAP_SHARED | libc::MAP_FIXED,
-                f.as_raw_fd(),
-                off,
-            );
+            // SAFETY: the target lies inside this region, which the test owns.
+            unsafe {
+                rustix::mm::mmap(
+                    self.addr.cast::<u8>().add(at).cast(),
+                    len,
+                    ProtFlags::READ | ProtFlags::WRITE,
+                    MapFlags::SHARED | MapFlags::FIXED,
+                    f,
+                    off,
+                )
+            }
+            .unwrap();
         }
 
         fn bytes(&self, at: usize, len: usize) -> Vec<u8> {
@@ -444,7 +417,7 @@ mod tests {
     impl Drop for Region {
         fn drop(&mut self) {
             // SAFETY: the region was mapped by Region::anonymous and is not used after.
-            unsafe { libc::munmap(self.addr, self.len) };
+            let _ = unsafe { rustix::mm::munmap(self.addr, self.len) };
         }
     }
 
@@ -546,6 +519,8 @@ VmFlags: rd wr sh sf
             hash_bytes(Hash::Crc32c, b"")
         );
         let e = Media::probe(u64::MAX - 10, 100).err().unwrap();
+        assert_eq!(e.errno(), libc::EINVAL);
+        let e = e.to_string();
         assert!(e.contains("wraps"), "{e}");
     }
 
@@ -574,7 +549,7 @@ VmFlags: rd wr sh sf
 
     #[test]
     fn shared_anonymous_memory_is_anonymous() {
-        let r = Region::anonymous(4 * page(), libc::MAP_SHARED);
+        let r = Region::anonymous(4 * page(), MapFlags::SHARED);
         let m = Media::probe(r.base(), r.len as u64).unwrap();
         assert_eq!(m.kind(), MediaKind::Anonymous);
         let why = m.why_not_durable().unwrap();
@@ -806,7 +781,7 @@ VmFlags: rd wr sh sf
         let (_ta, fa) = temp_file(&std::env::temp_dir(), "a", &a);
         let (_tb, fb) = temp_file(&std::env::temp_dir(), "b", &b);
         let (_tc, fc) = temp_file(Path::new("/dev/shm"), "shm2", &a);
-        let r = Region::anonymous(8 * p, libc::MAP_PRIVATE);
+        let r = Region::anonymous(8 * p, MapFlags::PRIVATE);
         r.place(0, 2 * p, &fa, 0);
         r.place(2 * p, 2 * p, &fb, 0);
         r.place(4 * p, 2 * p, &fc, 0);
@@ -851,9 +826,9 @@ VmFlags: rd wr sh sf
         let p = page();
         let data = pattern(2 * p, 11);
         let (_t, f) = temp_file(&std::env::temp_dir(), "order", &data);
-        let r = Region::anonymous(2 * p, libc::MAP_PRIVATE);
+        let r = Region::anonymous(2 * p, MapFlags::PRIVATE);
         // The file's second page first, then its first page.
-        r.place(0, p, &f, p as i64);
+        r.place(0, p, &f, p as u64);
         r.place(p, p, &f, 0);
         let m = Media::probe(r.base(), 2 * p as u64).unwrap();
         assert_eq!(m.kind(), MediaKind::File);
@@ -869,7 +844,7 @@ VmFlags: rd wr sh sf
 
         // In order: the kernel may merge the two mappings or not; either way one segment.
         r.place(0, p, &f, 0);
-        r.place(p, p, &f, p as i64);
+        r.place(p, p, &f, p as u64);
         let m = Media::probe(r.base(), 2 * p as u64).unwrap();
         assert_eq!(m.segments.len(), 1);
         assert_eq!(
@@ -882,10 +857,13 @@ VmFlags: rd wr sh sf
     #[test]
     fn holes_are_errors() {
         let p = page();
-        let r = Region::anonymous(3 * p, libc::MAP_PRIVATE);
+        let r = Region::anonymous(3 * p, MapFlags::PRIVATE);
         // SAFETY: the middle page belongs to this region and nothing refers to it.
-        unsafe { libc::munmap(r.addr.cast::<u8>().add(p).cast(), p) };
-        let e = Media::probe(r.base(), 3 * p as u64).err().unwrap();
+        unsafe { rustix::mm::munmap(r.addr.cast::<u8>().add(p).cast(), p) }.unwrap();
+        let e = Media::probe(r.base(), 3 * p as u64)
+            .err()
+            .unwrap()
+            .to_string();
         let hole = format!("{:#x}-{:#x}", r.base() + p as u64, r.base() + 2 * p as u64);
         assert!(e.contains(&hole) && e.contains("not mapped"), "{e}");
     }

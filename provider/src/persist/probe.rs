@@ -23,7 +23,7 @@ pub(super) fn cover(
     vmas: impl Iterator<Item = Vma>,
     addr: u64,
     end: u64,
-) -> Result<Vec<(Vma, u64, u64)>, String> {
+) -> Result<Vec<(Vma, u64, u64)>, Error> {
     let mut out = Vec::new();
     let mut at = addr;
     for vma in vmas {
@@ -32,9 +32,9 @@ pub(super) fn cover(
         }
         if vma.start > at {
             let hole = vma.start.min(end);
-            return Err(format!(
+            return Err(Error::Media(format!(
                 "{at:#x}-{hole:#x} (in {addr:#x}-{end:#x}) is not mapped"
-            ));
+            )));
         }
         let stop = vma.end.min(end);
         out.push((vma, at, stop));
@@ -43,9 +43,9 @@ pub(super) fn cover(
             return Ok(out);
         }
     }
-    Err(format!(
+    Err(Error::Media(format!(
         "{at:#x}-{end:#x} (in {addr:#x}-{end:#x}) is not mapped"
-    ))
+    )))
 }
 
 /// Shared anonymous memory shows in maps as a deleted file of the kernel's internal shmem mount.
@@ -58,7 +58,7 @@ pub(super) fn classify(
     start: u64,
     end: u64,
     files: &mut Vec<(FileId, Arc<Opened>)>,
-) -> Result<Piece, String> {
+) -> Result<Piece, Error> {
     let r = format!("{start:#x}-{end:#x}");
     let mut piece = Piece {
         vma_start: vma.start,
@@ -97,9 +97,9 @@ pub(super) fn classify(
             // A memfd lives on tmpfs or hugetlbfs: RAM whatever its flags.
             Err(_) if path.starts_with("/memfd:") => None,
             Err(e) => {
-                return Err(format!(
+                return Err(Error::Media(format!(
                     "{r} is backed by {path}, which cannot be opened: {e}"
-                ))
+                )))
             }
         },
     };
@@ -109,8 +109,10 @@ pub(super) fn classify(
         return Ok(piece);
     };
     let shown = opened.path.clone();
-    let st = statx(&opened.file).map_err(|e| format!("{r}: statx on {shown}: {e}"))?;
-    let fs = fs_type(&opened.file).map_err(|e| format!("{r}: fstatfs on {shown}: {e}"))?;
+    let st =
+        statx(&opened.file).map_err(|e| Error::Media(format!("{r}: statx on {shown}: {e}")))?;
+    let fs =
+        fs_type(&opened.file).map_err(|e| Error::Media(format!("{r}: fstatfs on {shown}: {e}")))?;
     piece.backing = Some(Backing {
         file: opened,
         offset: vma.offset + (start - vma.start),
@@ -201,35 +203,11 @@ pub(super) fn open_by_path(vma: &Vma) -> io::Result<File> {
 }
 
 pub(super) fn statx(f: &File) -> io::Result<libc::statx> {
-    let mut st = MaybeUninit::<libc::statx>::zeroed();
-    // SAFETY: the path is a valid C string, st is large enough for struct statx.
-    let r = unsafe {
-        libc::statx(
-            f.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_BASIC_STATS | libc::STATX_DIOALIGN,
-            st.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: statx filled the struct; it was zeroed beforehand, and all its fields are integers.
-    Ok(unsafe { st.assume_init() })
+    sys::statx(f.as_fd(), libc::STATX_BASIC_STATS | libc::STATX_DIOALIGN)
 }
 
 pub(super) fn fs_type(f: &File) -> io::Result<u32> {
-    let mut st = MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: st is large enough for struct statfs.
-    let r = unsafe { libc::fstatfs(f.as_raw_fd(), st.as_mut_ptr()) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatfs filled the struct, whose fields are all integers.
-    let st = unsafe { st.assume_init() };
-    // Magic numbers are 32 bits wide whatever the width of f_type.
-    Ok(st.f_type as u32)
+    sys::fs_type(f.as_fd())
 }
 
 /// A character device of the dax subsystem (/dev/daxX.Y) maps persistent memory with no page cache.
@@ -267,11 +245,5 @@ pub(super) fn sync_flags(smaps: impl BufRead, starts: &[u64], end: u64) -> io::R
 }
 
 pub(super) fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
+    sys::page_size()
 }

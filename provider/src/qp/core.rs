@@ -236,7 +236,7 @@ impl QpCore {
         if self.state() == IBV_QPS_RESET {
             return Err((0, libc::EINVAL));
         }
-        post_recv_ring(rq, self.caps.max_recv_sge, wrs)
+        post_recv_ring(rq, self.caps.max_recv_sge, wrs).map_err(|(i, e)| (i, e.errno()))
     }
 
     /// Next receive WQE for an incoming Send: from the SRQ or the QP's own RQ.

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use xiw_abi::verbs::*;
 
+use crate::error::Error;
 use crate::log;
 use crate::qp::{Qp, MAX_RD_ATOMIC};
 use crate::sysfs_tree;
@@ -28,15 +29,15 @@ fn allowed(cur: u32, new: u32, kernel: bool) -> bool {
 
 /// Moves the QP from `cur` to `new`, unless another thread changed its state
 /// (a failure found by the progress thread) since `cur` was read.
-fn advance(qp: &Qp, cur: u32, new: u32) -> Result<(), i32> {
+fn advance(qp: &Qp, cur: u32, new: u32) -> Result<(), Error> {
     qp.state
         .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
         .map(drop)
-        .map_err(|_| libc::EINVAL)
+        .map_err(|_| Error::invalid("the QP's state changed meanwhile"))
 }
 
-/// Applies `attr` under `mask`; returns the new state or an errno.
-pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
+/// Applies `attr` under `mask`; returns the new state.
+pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
     let sh = &qp.sh;
     let cur = qp.state();
     let new = if mask & IBV_QP_STATE != 0 {
@@ -45,31 +46,35 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
         cur
     };
     if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("cur_qp_state is not the QP's state"));
     }
     if !allowed(cur, new, sh.kernel.is_some()) {
         log::debug(
             &sh.log,
             format_args!("modify_qp: {cur} -> {new} is not a valid transition"),
         );
-        return Err(libc::EINVAL);
+        return Err(Error::invalid(format!(
+            "{cur} -> {new} is not a valid transition"
+        )));
     }
     if mask & IBV_QP_PORT != 0 && attr.port_num != 1 {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("the device has port 1 only"));
     }
     if mask & IBV_QP_PKEY_INDEX != 0 && attr.pkey_index != 0 {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("the port has P_Key index 0 only"));
     }
     if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 && attr.max_rd_atomic as u32 > MAX_RD_ATOMIC {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("max_rd_atomic exceeds the device's"));
     }
     if mask & IBV_QP_MAX_DEST_RD_ATOMIC != 0 && attr.max_dest_rd_atomic as u32 > MAX_RD_ATOMIC {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("max_dest_rd_atomic exceeds the device's"));
     }
     let unsupported =
         IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_RATE_LIMIT;
     if mask & unsupported != 0 {
-        return Err(libc::EOPNOTSUPP);
+        return Err(Error::unsupported(
+            "alternate paths, path migration, SQD events and rate limits",
+        ));
     }
     let to_rtr = cur == IBV_QPS_INIT && new == IBV_QPS_RTR;
     // Kernel mode: RTR without the peer's address is rdma_cm's (librdmacm
@@ -82,16 +87,16 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
                 &sh.log,
                 format_args!("modify_qp to RTR needs the peer's address (IBV_QP_AV) and QPN"),
             );
-            return Err(libc::EINVAL);
+            return Err(Error::invalid("RTR needs the peer's address and QPN"));
         }
         if attr.ah_attr.is_global == 0 {
             log::warn(&sh.log,
                 format_args!("iWARP needs the peer's GID in ah_attr.grh (e.g. ibv_rc_pingpong -g 0); LIDs mean nothing here"),
             );
-            return Err(libc::EINVAL);
+            return Err(Error::invalid("iWARP needs the peer's GID"));
         }
         if attr.dest_qp_num >> 8 == 0 || attr.dest_qp_num > 0xff_ffff {
-            return Err(libc::EINVAL);
+            return Err(Error::invalid("dest_qp_num is no QP number"));
         }
     }
 
@@ -170,17 +175,17 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, i32> {
             let gid = unsafe { attr.ah_attr.grh.dgid.raw };
             let peer = match sh.dev.peer_addr(&gid) {
                 Ok(a) => a,
-                Err(why) => {
-                    log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
+                Err(e) => {
+                    log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, e));
                     qp.state.store(IBV_QPS_INIT, Ordering::Release);
-                    return Err(libc::EINVAL);
+                    return Err(e);
                 }
             };
             let r = qp.lock_cm().start(qp, peer, attr.dest_qp_num);
             if let Err(why) = r {
                 log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
                 qp.state.store(IBV_QPS_INIT, Ordering::Release);
-                return Err(libc::EINVAL);
+                return Err(Error::Connect(why));
             }
         }
         IBV_QPS_RTS => {

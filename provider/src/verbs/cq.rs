@@ -14,23 +14,26 @@ pub(super) fn new_cq(
     channel: *mut ibv_comp_channel,
     vector: i64,
     wc_flags: u64,
-) -> Result<*mut XiwCq, i32> {
+) -> Result<*mut XiwCq, Error> {
     // SAFETY: ctx is ours.
     let sh = unsafe { shared(ctx) };
-    if !cqe_in_range(cqe) || !(0..i64::from(COMP_VECTORS)).contains(&vector) {
-        return Err(libc::EINVAL);
+    if !cqe_in_range(cqe) {
+        return Err(Error::invalid("the CQ size is out of range"));
+    }
+    if !(0..i64::from(COMP_VECTORS)).contains(&vector) {
+        return Err(Error::invalid("the completion vector is out of range"));
     }
     if !channel.is_null() && sh.kernel.is_none() {
         crate::log::warn(
             &sh.log,
             format_args!("completion channels need the xiw kernel module"),
         );
-        return Err(libc::EOPNOTSUPP);
+        return Err(Error::unsupported(
+            "completion channels need the xiw kernel module",
+        ));
     }
     let id = sh.next_id();
-    let cq = Arc::new(
-        Cq::new(id, cqe as u32, sh.kernel).map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
-    );
+    let cq = Arc::new(Cq::new(id, cqe as u32, sh.kernel).map_err(|e| Error::ring(&e))?);
     // SAFETY: ibv_cq_ex is plain data (pointers, integers, pthread objects, function
     // pointers); all-zero is a valid starting value.
     let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
@@ -78,7 +81,7 @@ pub(super) unsafe extern "C" fn create_cq(
     guard(ptr::null_mut(), || {
         match new_cq(ctx, cqe, channel, vector.into(), 0) {
             Ok(p) => p as *mut ibv_cq,
-            Err(e) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }
@@ -146,7 +149,7 @@ pub(super) unsafe extern "C" fn create_cq_ex(
                 ex.read_dlid_path_bits = Some(cq_read_zero_u8);
                 p as *mut ibv_cq_ex
             }
-            Err(e) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }
@@ -170,7 +173,7 @@ pub(super) unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: i32) -> i32 {
                 unsafe { (*cq).cqe = c.cq.capacity() as i32 };
                 0
             }
-            Err(e) => e,
+            Err(e) => e.errno(),
         }
     })
 }
@@ -202,7 +205,7 @@ pub(super) unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> i32 {
                     };
                     kernel_async = async_events;
                 }
-                Err(e) => return e,
+                Err(e) => return e.errno(),
             }
         }
         sh.async_events.set_handle(c.cq.id, 0);

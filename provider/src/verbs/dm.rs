@@ -211,7 +211,7 @@ pub(super) unsafe extern "C" fn reg_dm_mr(
                 }
                 mr
             }
-            Err((e, _)) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }

@@ -20,6 +20,7 @@ use xiw_engine::send::{AtomicOp, WindowBind};
 
 use crate::context::Shared;
 use crate::cq::Cq;
+use crate::error::Error;
 use crate::mem;
 use crate::mem::NEED_NONE;
 use crate::qp::core::QpCore;

@@ -13,7 +13,7 @@ pub(super) unsafe extern "C" fn alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
         // Kernel mode: the kernel's PD too, which its QPs and SRQs name.
         let kernel = match sh.kernel.map(|k| k.alloc_pd()).transpose() {
             Ok(k) => k,
-            Err(e) => return null_err(e),
+            Err(e) => return null_err(e.errno()),
         };
         let pd = Box::new(XiwPd {
             ibv: ibv_pd {
@@ -160,7 +160,7 @@ pub(super) unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> i32 {
         }
         if let (Some(k), Some(h)) = (sh.kernel, p.kernel) {
             if let Err(e) = k.dealloc_pd(h) {
-                return e;
+                return e.errno();
             }
         }
         // SAFETY: allocated by alloc_pd with Box; the application hands it back once.
@@ -180,13 +180,13 @@ pub(super) unsafe extern "C" fn reg_mr(
         // SAFETY: the caller's arguments, as libibverbs passes them.
         match unsafe { register_mr(pd, addr, len, iova, access as u32, None) } {
             Ok(mr) => mr,
-            Err((e, _)) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }
 
 /// Registers memory, with a Verify hash for the direct verbs' registration.
-/// On failure: the errno and why (also logged).
+/// On failure: why (also logged).
 ///
 /// # Safety
 /// `pd` is null or one of this provider's protection domains.
@@ -197,21 +197,21 @@ pub(crate) unsafe fn register_mr(
     iova: u64,
     access: u32,
     hash: Option<crate::persist::Hash>,
-) -> Result<*mut ibv_mr, (i32, String)> {
+) -> Result<*mut ibv_mr, Error> {
     if pd.is_null() {
-        return Err((libc::EINVAL, "no protection domain".into()));
+        return Err(Error::invalid("no protection domain"));
     }
     // SAFETY: pd is ours.
     let (p, ctx) = unsafe { (pd_of(pd), (*pd).context) };
     // SAFETY: as above.
     let sh = unsafe { shared(ctx) };
-    let refuse = |e: i32, why: String| {
-        crate::log::debug(&sh.log, format_args!("reg_mr: {why}"));
-        Err((e, why))
+    let refuse = |e: Error| {
+        crate::log::debug(&sh.log, format_args!("reg_mr: {e}"));
+        Err(e)
     };
     let (access, ext) = match checked(sh, addr as u64, len as u64, access, hash) {
         Ok(v) => v,
-        Err((e, why)) => return refuse(e, why),
+        Err(e) => return refuse(e),
     };
     let internal = if hash.is_some() {
         access | mem::ACCESS_VERIFY
@@ -231,7 +231,10 @@ pub(crate) unsafe fn register_mr(
         Ok(h) => h,
         Err(e) => {
             let _ = sh.mrs.deregister(stag);
-            return refuse(e, format!("the kernel refused the region: errno {e}"));
+            return refuse(Error::Kernel {
+                what: "the region",
+                errno: e.errno(),
+            });
         }
     };
     let mr = Box::new(XiwMr {
@@ -267,7 +270,7 @@ fn kernel_mr(
     len: u64,
     access: u32,
     stag: u32,
-) -> Result<Option<u32>, i32> {
+) -> Result<Option<u32>, Error> {
     let (Some(k), Some(pd)) = (sh.kernel, pd) else {
         return Ok(None);
     };
@@ -287,42 +290,38 @@ fn checked(
     len: u64,
     access: u32,
     hash: Option<crate::persist::Hash>,
-) -> Result<Checked, (i32, String)> {
+) -> Result<Checked, Error> {
     // Bits from IBV_ACCESS_OPTIONAL_FIRST up may be ignored by a provider.
     let access = access & (IBV_ACCESS_OPTIONAL_FIRST - 1);
     if access & !mem::SUPPORTED_ACCESS != 0 {
-        return Err((
-            libc::EOPNOTSUPP,
-            format!("unsupported access flags {access:#x}"),
-        ));
+        return Err(Error::unsupported(format!(
+            "unsupported access flags {access:#x}"
+        )));
     }
     let wants_write = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
     if access & wants_write != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0 {
-        return Err((
-            libc::EINVAL,
-            "remote write or atomic access needs local write access".into(),
+        return Err(Error::invalid(
+            "remote write or atomic access needs local write access",
         ));
     }
     let odp = access & IBV_ACCESS_ON_DEMAND != 0;
     // Implicit on-demand paging: the whole address space (iova = address).
     let implicit = odp && addr == 0 && len == u64::MAX;
     if (addr == 0 && len > 0 && !implicit) || addr.checked_add(len).is_none() {
-        return Err((libc::EINVAL, format!("bad range {addr:#x}+{len}")));
+        return Err(Error::invalid(format!("bad range {addr:#x}+{len}")));
     }
     let durable = mem::ACCESS_FLUSH_GLOBAL | mem::ACCESS_FLUSH_PERSISTENT;
     if odp && (access & durable != 0 || hash.is_some()) {
         // Flush and Verify reach the memory through a pointer (the medium).
-        return Err((
-            libc::EOPNOTSUPP,
-            "on-demand paging memory cannot be flushable or verifiable".into(),
+        return Err(Error::unsupported(
+            "on-demand paging memory cannot be flushable or verifiable",
         ));
     }
     let writable = access & (IBV_ACCESS_LOCAL_WRITE | wants_write) != 0;
     // On-demand paging memory need not be mapped now: every access checks.
     if len > 0 && !odp && !mapped(addr, len, writable) {
-        return Err((
-            libc::EFAULT,
-            format!("{addr:#x}+{len} is not mapped with the needed protection"),
+        return Err(Error::NotMapped(
+            format!("{addr:#x}+{len} is not mapped with the needed protection").into(),
         ));
     }
     Ok((access, mr_ext(sh, addr, len, access, hash)?))
@@ -364,8 +363,8 @@ pub(super) unsafe extern "C" fn rereg_mr(
                 0
             }
             Err(e) => {
-                set_errno(e);
-                e
+                set_errno(e.errno());
+                e.errno()
             }
         }
     })
@@ -380,14 +379,18 @@ unsafe fn rereg(
     addr: u64,
     len: u64,
     access: u32,
-) -> Result<(), i32> {
-    if vmr.is_null() || flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
-        return Err(libc::EINVAL);
+) -> Result<(), Error> {
+    if vmr.is_null() {
+        return Err(Error::invalid("no memory region"));
+    }
+    if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+        return Err(Error::invalid("unknown rereg flags"));
     }
     // SAFETY: vmr is ours.
     if !unsafe { (*(vmr as *mut XiwMr)).dm }.is_null() {
-        // Device memory MRs stay on their device memory.
-        return Err(libc::EINVAL);
+        return Err(Error::invalid(
+            "device memory MRs stay on their device memory",
+        ));
     }
     // SAFETY: vmr is ours.
     let (stag, ctx) = unsafe { ((*vmr).ibv_mr.lkey, (*vmr).ibv_mr.context) };
@@ -395,7 +398,7 @@ unsafe fn rereg(
     let sh = unsafe { shared(ctx) };
     let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
         if pd.is_null() {
-            return Err(libc::EINVAL);
+            return Err(Error::invalid("IBV_REREG_MR_CHANGE_PD names no PD"));
         }
         // SAFETY: pd is ours, per the function contract.
         Some(unsafe { pd_of(pd).id })
@@ -406,10 +409,13 @@ unsafe fn rereg(
     // without the MR table locked; the change applies only to the MR they
     // were made for.
     let kept = loop {
-        let old = sh.mrs.view(stag).ok_or(libc::EINVAL)?;
+        let old = sh
+            .mrs
+            .view(stag)
+            .ok_or(Error::invalid("the MR is no longer registered"))?;
         if old.windows > 0 {
-            // Memory windows are bound to it: they would lose their memory.
-            return Err(libc::EBUSY);
+            // They would lose their memory.
+            return Err(Error::Busy("memory windows are bound to the region".into()));
         }
         // A new translation is tagged from its own address, as registration does.
         let (addr, len, iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
@@ -423,9 +429,8 @@ unsafe fn rereg(
         } else {
             old.access & !mem::ACCESS_VERIFY
         };
-        let (access, ext) = checked(sh, addr, len, access, old.hash).map_err(|(e, why)| {
-            crate::log::debug(&sh.log, format_args!("rereg_mr: {why}"));
-            e
+        let (access, ext) = checked(sh, addr, len, access, old.hash).inspect_err(|e| {
+            crate::log::debug(&sh.log, format_args!("rereg_mr: {e}"));
         })?;
         let spec = mem::MrSpec {
             pd: new_pd.unwrap_or(old.pd),
@@ -437,7 +442,7 @@ unsafe fn rereg(
             window: None,
         };
         match sh.mrs.replace(stag, &old, spec) {
-            None => return Err(libc::EINVAL),
+            None => return Err(Error::invalid("the MR is no longer registered")),
             Some(true) => break access,
             Some(false) => continue,
         }
@@ -475,27 +480,23 @@ pub(super) fn mr_ext(
     len: u64,
     access: u32,
     hash: Option<crate::persist::Hash>,
-) -> Result<Option<Box<mem::MrExt>>, (i32, String)> {
+) -> Result<Option<Box<mem::MrExt>>, Error> {
     let flush = access & (mem::ACCESS_FLUSH_GLOBAL | mem::ACCESS_FLUSH_PERSISTENT);
     if (flush != 0 || hash.is_some()) && !sh.cfg.extensions {
-        return Err((
-            libc::EOPNOTSUPP,
-            "flushable and verifiable memory need the extensions (XIW_EXTENSIONS=0)".into(),
+        return Err(Error::unsupported(
+            "flushable and verifiable memory need the extensions (XIW_EXTENSIONS=0)",
         ));
     }
     let persistent = access & mem::ACCESS_FLUSH_PERSISTENT != 0;
     if !(persistent || hash.is_some()) || len == 0 {
         return Ok(None);
     }
-    let media = crate::persist::Media::probe(addr, len).map_err(|e| (libc::EINVAL, e))?;
+    let media = crate::persist::Media::probe(addr, len)?;
     if let Some(why) = persistent.then(|| media.why_not_durable()).flatten() {
-        return Err((
-            libc::EINVAL,
-            format!(
-                "IBV_ACCESS_FLUSH_PERSISTENT: {why}; map a file on a persistent file system \
-                 (MAP_SHARED) instead"
-            ),
-        ));
+        return Err(Error::Media(format!(
+            "IBV_ACCESS_FLUSH_PERSISTENT: {why}; map a file on a persistent file system \
+             (MAP_SHARED) instead"
+        )));
     }
     Ok(Some(Box::new(mem::MrExt { media, hash })))
 }
@@ -570,6 +571,7 @@ pub(super) unsafe extern "C" fn advise_mr(
         }
         for (addr, len) in ranges {
             if let Err(e) = crate::odp::populate(addr, len, write) {
+                let e = e.errno();
                 crate::log::debug(
                     &sh.log,
                     format_args!("advise_mr: {addr:#x}+{len} not brought in: errno {e}"),
@@ -594,7 +596,7 @@ pub(super) unsafe extern "C" fn dereg_mr(vmr: *mut verbs_mr) -> i32 {
         let sh = unsafe { shared(ctx) };
         if let Err(e) = sh.mrs.deregister(stag) {
             // EBUSY: memory windows are bound to it.
-            return e;
+            return e.errno();
         }
         // SAFETY: ours.
         if let (Some(k), Some(h)) = (sh.kernel, unsafe { (*(vmr as *mut XiwMr)).kernel }) {

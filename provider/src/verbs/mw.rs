@@ -73,9 +73,9 @@ pub(crate) unsafe fn window_bind(
     kind: ibv_mw_type,
     rkey: u32,
     info: &ibv_mw_bind_info,
-) -> Result<WindowBind, i32> {
+) -> Result<WindowBind, Error> {
     if mw.is_null() {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("no memory window"));
     }
     // SAFETY: per the contract.
     let (index, t) = unsafe { ((*mw).handle, (*mw).type_) };
@@ -86,12 +86,20 @@ pub(crate) unsafe fn window_bind(
     // Local write is no right of a window's (its region's decides); it is
     // accepted and dropped, as other providers do.
     let access = info.mw_access_flags & !IBV_ACCESS_LOCAL_WRITE;
-    if t != kind || rkey >> 8 != index || access & !rights != 0 {
-        return Err(libc::EINVAL);
+    if t != kind {
+        return Err(Error::invalid(
+            "the window is not of the type this bind takes",
+        ));
+    }
+    if rkey >> 8 != index {
+        return Err(Error::invalid("the key is another window's"));
+    }
+    if access & !rights != 0 {
+        return Err(Error::invalid("rights a window cannot grant"));
     }
     let lkey = if info.mr.is_null() {
         if info.length != 0 {
-            return Err(libc::EINVAL);
+            return Err(Error::invalid("a range to bind names no region"));
         }
         0
     } else {
@@ -125,7 +133,7 @@ pub(super) unsafe extern "C" fn bind_mw(
         // SAFETY: mw is ours; the bind names an MR or none.
         let bind = match unsafe { window_bind(mw, IBV_MW_TYPE_1, rkey, &b.bind_info) } {
             Ok(bind) => bind,
-            Err(e) => return e,
+            Err(e) => return e.errno(),
         };
         let mut wqe = wqe::bind_mw(b.wr_id, &bind);
         wqe.flags = wqe::flags(b.send_flags);

@@ -28,7 +28,7 @@ pub const SEND_OPS_EXT: u64 = (IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
 pub(super) fn new_qp(
     ctx: *mut ibv_context,
     a: &mut ibv_qp_init_attr_ex,
-) -> Result<*mut ibv_qp, i32> {
+) -> Result<*mut ibv_qp, Error> {
     // SAFETY: ctx is ours.
     let sh_ref = unsafe { shared(ctx) };
     if a.qp_type != IBV_QPT_RC {
@@ -36,16 +36,16 @@ pub(super) fn new_qp(
             &sh_ref.log,
             format_args!("create_qp: only RC queue pairs exist on iWARP"),
         );
-        return Err(libc::EOPNOTSUPP);
+        return Err(Error::unsupported("only RC queue pairs exist on iWARP"));
     }
     let known =
         IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
     if a.comp_mask & !known != 0 {
-        return Err(libc::EOPNOTSUPP);
+        return Err(Error::unsupported("unknown bits in comp_mask"));
     }
     // No creation flag is supported; naming none is fine.
     if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
-        return Err(libc::EOPNOTSUPP);
+        return Err(Error::unsupported("no creation flag is supported"));
     }
     let ops = if sh_ref.cfg.extensions {
         SEND_OPS | SEND_OPS_EXT
@@ -53,10 +53,10 @@ pub(super) fn new_qp(
         SEND_OPS
     };
     if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags & !ops != 0 {
-        return Err(libc::EOPNOTSUPP);
+        return Err(Error::unsupported("send operations this device lacks"));
     }
     if a.pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("no PD, send CQ or receive CQ"));
     }
     let c = &mut a.cap;
     if c.max_send_wr > crate::qp::MAX_QP_WR
@@ -65,7 +65,7 @@ pub(super) fn new_qp(
         || c.max_recv_sge > crate::qp::MAX_SGE
         || c.max_inline_data > crate::qp::MAX_INLINE
     {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("the QP's capabilities exceed the device's"));
     }
     // SAFETY: pd, CQs and SRQ pointers come from this provider.
     let (p, scq, rcq) = unsafe { (pd_of(a.pd), cq_of(a.send_cq), cq_of(a.recv_cq)) };
@@ -112,7 +112,7 @@ pub(super) fn new_qp(
             caps,
             a.sq_sig_all != 0,
         )
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?,
+        .map_err(|e| Error::ring(&e))?,
     );
     c.max_send_wr = q.sq.entries.min(crate::qp::MAX_QP_WR);
     c.max_recv_wr = q.rq.as_ref().map(|r| r.entries).unwrap_or(0);
@@ -207,7 +207,9 @@ pub(super) fn new_qp(
         })();
         let made = match objects {
             Some(o) => k.create_qp(b as u64, o, qpn),
-            None => Err(libc::EINVAL),
+            None => Err(Error::invalid(
+                "the PD, a CQ or the SRQ has no kernel object",
+            )),
         };
         match made {
             // SAFETY: b is fresh, not yet handed out.
@@ -265,7 +267,7 @@ pub(super) unsafe extern "C" fn create_qp(
                 a.cap = ex.cap;
                 q
             }
-            Err(e) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }
@@ -281,7 +283,7 @@ pub(super) unsafe extern "C" fn create_qp_ex(
         // SAFETY: caller's struct.
         match new_qp(ctx, unsafe { &mut *attr }) {
             Ok(q) => q,
-            Err(e) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }
@@ -297,7 +299,7 @@ pub(super) unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> i32 {
         if let (Some(k), Some(h)) = (sh.kernel, x.kernel) {
             match k.destroy_qp(h) {
                 Ok(n) => kernel_events = n,
-                Err(e) => return e,
+                Err(e) => return e.errno(),
             }
         }
         // SAFETY: the QP's PD, as create_qp recorded it.
@@ -362,7 +364,7 @@ pub(super) unsafe extern "C" fn modify_qp(
                 }
                 0
             }
-            Err(e) => e,
+            Err(e) => e.errno(),
         }
     })
 }
@@ -450,10 +452,10 @@ unsafe fn data_wqe(w: &ibv_send_wr) -> Option<SendWqe> {
 }
 
 /// Converts one `ibv_send_wr` into a WQE, checking it against the QP's limits.
-pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), i32> {
+pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendBody), Error> {
     let n = w.num_sge.max(0) as usize;
     if n > q.caps.max_send_sge as usize {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("more SGEs than the QP takes"));
     }
     // SAFETY: the WR names `num_sge` SGEs at `sg_list`.
     let sges = unsafe { sges(w.sg_list, n) };
@@ -499,7 +501,7 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
                     // The 8 bytes come from the SGE list and are taken now, as inline data is.
                     let total: u64 = sges.iter().map(|s| s.length as u64).sum();
                     if total != 8 {
-                        return Err(libc::EINVAL);
+                        return Err(Error::invalid("an Atomic Write carries 8 bytes"));
                     }
                     let mut data = Vec::with_capacity(8);
                     for s in sges.iter().filter(|s| s.length > 0) {
@@ -512,13 +514,15 @@ pub(super) unsafe fn send_wqe(q: &Qp, w: &ibv_send_wr) -> Result<(SendWqe, SendB
                                 NEED_NONE,
                                 &mut data,
                             )
-                            .map_err(|_| libc::EINVAL)?;
+                            .map_err(|_| {
+                                Error::invalid("the Atomic Write's bytes cannot be read")
+                            })?;
                     }
                     let value = u64::from_ne_bytes(data[..8].try_into().expect("8 bytes"));
                     let wqe = wqe::atomic_write(id, w.wr.rdma.rkey, w.wr.rdma.remote_addr, value);
                     return finish_wqe(q, wqe, w.send_flags & !IBV_SEND_INLINE, SgeList::new());
                 }
-                _ => return Err(libc::EINVAL),
+                _ => return Err(Error::invalid("an opcode this QP does not post")),
             }
         },
     };
@@ -544,25 +548,33 @@ pub(super) fn finish_wqe(
     mut wqe: SendWqe,
     flags: u32,
     sges: SgeList,
-) -> Result<(SendWqe, SendBody), i32> {
+) -> Result<(SendWqe, SendBody), Error> {
     let total: u64 = sges.iter().map(|s| s.length as u64).sum();
     if total > MAX_MSG_SZ as u64 {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("longer than the largest message"));
     }
     wqe.length = total as u32;
     let inline = flags & IBV_SEND_INLINE != 0;
     let payload = wqe::payload(wqe.opcode);
     match payload {
         // The original value comes back into exactly one 64-bit buffer.
-        Payload::Original if total != 8 || inline => return Err(libc::EINVAL),
-        Payload::Empty if total != 0 => return Err(libc::EINVAL),
-        Payload::Hash if inline => return Err(libc::EINVAL),
+        Payload::Original if total != 8 || inline => {
+            return Err(Error::invalid(
+                "an atomic's original value comes back into one 8-byte buffer",
+            ))
+        }
+        Payload::Empty if total != 0 => {
+            return Err(Error::invalid(
+                "a Flush or Atomic Write names no local memory",
+            ))
+        }
+        Payload::Hash if inline => return Err(Error::invalid("a Verify carries no inline data")),
         _ => {}
     }
     wqe.flags |= wqe::flags(flags);
     if inline && payload == Payload::Data {
         if total > q.caps.max_inline as u64 {
-            return Err(libc::EINVAL);
+            return Err(Error::invalid("more inline data than the QP takes"));
         }
         let mut bytes = InlineBytes::with_capacity(total as usize);
         for s in &sges {
@@ -661,7 +673,9 @@ unsafe fn post_send_ring(qp: &Qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_
         cur = unsafe { (*cur).next };
     }
     // SAFETY: each pointer is a valid WR from the caller's list.
-    let mut it = wrs.iter().map(|&w| unsafe { send_wqe(qp, &*w) });
+    let mut it = wrs
+        .iter()
+        .map(|&w| unsafe { send_wqe(qp, &*w) }.map_err(|e| e.errno()));
     match qp.post_send(&mut it) {
         Ok(()) => 0,
         Err((i, e)) => {

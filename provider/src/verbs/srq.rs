@@ -7,19 +7,21 @@ pub(super) fn new_srq(
     pd: *mut ibv_pd,
     attr: &mut ibv_srq_attr,
     srq_context: *mut c_void,
-) -> Result<*mut ibv_srq, i32> {
+) -> Result<*mut ibv_srq, Error> {
     if pd.is_null() {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid("no protection domain"));
     }
     // SAFETY: ctx and pd are ours.
     let (sh, p) = unsafe { (shared(ctx), pd_of(pd)) };
     if attr.max_wr == 0 || attr.max_wr > crate::qp::MAX_QP_WR || attr.max_sge > crate::qp::MAX_SGE {
-        return Err(libc::EINVAL);
+        return Err(Error::invalid(
+            "the SRQ's size or SGE count is out of range",
+        ));
     }
     let id = sh.next_id();
     let srq = Arc::new(
         Srq::new(id, p.id, attr.max_wr, attr.max_sge.max(1), sh.kernel)
-            .map_err(|_| libc::ENOMEM)?,
+            .map_err(|_| Error::NoMemory("the SRQ's ring cannot be had".into()))?,
     );
     srq.limit.store(attr.srq_limit, Ordering::Release);
     attr.max_wr = srq.capacity();
@@ -81,7 +83,7 @@ pub(super) unsafe extern "C" fn create_srq(
         let (ctx, a) = unsafe { ((*pd).context, &mut *attr) };
         match new_srq(ctx, pd, &mut a.attr, a.srq_context) {
             Ok(p) => p,
-            Err(e) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }
@@ -105,7 +107,7 @@ pub(super) unsafe extern "C" fn create_srq_ex(
         }
         match new_srq(ctx, a.pd, &mut a.attr, a.srq_context) {
             Ok(p) => p,
-            Err(e) => null_err(e),
+            Err(e) => null_err(e.errno()),
         }
     })
 }
@@ -168,7 +170,7 @@ pub(super) unsafe extern "C" fn destroy_srq(srq: *mut ibv_srq) -> i32 {
         if let (Some(k), Some(h)) = (sh.kernel, s.kernel) {
             match k.destroy_srq(h) {
                 Ok(n) => kernel_events = n,
-                Err(e) => return e,
+                Err(e) => return e.errno(),
             }
         }
         sh.async_events.set_handle(s.srq.id, 0);
@@ -199,7 +201,7 @@ pub(super) unsafe extern "C" fn post_srq_recv(
             Err((i, e)) => {
                 // SAFETY: as above.
                 unsafe { report_bad_recv(bad, wr, i) };
-                e
+                e.errno()
             }
         }
     })

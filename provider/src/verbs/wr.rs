@@ -23,7 +23,8 @@ pub(super) struct Batch {
     items: Vec<(SendWqe, SendBody)>,
     /// The WR being built: its header and `ibv_send_flags`, waiting for a payload.
     pending: Option<(SendWqe, u32)>,
-    err: i32,
+    /// Why the batch fails (the last of the builders' errors).
+    err: Option<Error>,
 }
 
 impl Batch {
@@ -37,12 +38,12 @@ impl Batch {
             flags & !IBV_SEND_INLINE
         };
         if !inline && sges.len() > q.caps.max_send_sge as usize {
-            self.err = libc::EINVAL;
+            self.err = Some(Error::invalid("more SGEs than the QP takes"));
             return;
         }
         match finish_wqe(q, wqe, flags, sges) {
             Ok(item) => self.items.push(item),
-            Err(e) => self.err = e,
+            Err(e) => self.err = Some(e),
         }
     }
 }
@@ -131,8 +132,8 @@ pub(super) unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> i32 {
             return libc::EINVAL;
         };
         batch.seal(&x.qp, SgeList::new(), false);
-        if batch.err != 0 {
-            return batch.err;
+        if let Some(e) = batch.err {
+            return e.errno();
         }
         match x.qp.post_batch(batch.items) {
             Ok(()) => 0,
@@ -181,7 +182,7 @@ pub(super) unsafe extern "C" fn wr_bind_mw(
     info: *const ibv_mw_bind_info,
 ) {
     if info.is_null() {
-        return fail_batch(q, libc::EINVAL);
+        return fail_batch(q, Error::invalid("no bind information"));
     }
     // SAFETY: the caller's window and bind information.
     match unsafe { window_bind(mw, IBV_MW_TYPE_2, rkey, &*info) } {
@@ -233,7 +234,9 @@ pub(super) unsafe extern "C" fn wr_atomic_write(
     data: *const c_void,
 ) {
     if data.is_null() {
-        with_batch(q, |_, b| b.err = libc::EINVAL);
+        with_batch(q, |_, b| {
+            b.err = Some(Error::invalid("no data for the Atomic Write"))
+        });
         return;
     }
     let mut v = [0u8; 8];
@@ -251,16 +254,22 @@ const SELECT_RANGE: u8 = 0;
 
 /// The Flush Request's flags for `ibv_wr_flush`/`xiwdv_wr_flush`
 /// arguments, or why they have no wire form.
-pub(crate) fn flush_flags(len: usize, kind: u8, level: u8) -> Result<u8, &'static str> {
+pub(crate) fn flush_flags(len: usize, kind: u8, level: u8) -> Result<u8, Error> {
     if level != SELECT_RANGE {
         // The draft's Flush Request names a range; a whole-MR flush has no wire form.
-        return Err("only the range selectivity (FLUSH_RANGE) exists on the wire");
+        return Err(Error::invalid(
+            "only the range selectivity (FLUSH_RANGE) exists on the wire",
+        ));
     }
     if kind == 0 || kind & !(PLACEMENT_GLOBAL | PLACEMENT_PERSISTENT) != 0 {
-        return Err("type must be FLUSH_GLOBAL and/or FLUSH_PERSISTENT");
+        return Err(Error::invalid(
+            "type must be FLUSH_GLOBAL and/or FLUSH_PERSISTENT",
+        ));
     }
     if u32::try_from(len).is_err() {
-        return Err("length does not fit the 32-bit Data Sink Length");
+        return Err(Error::invalid(
+            "length does not fit the 32-bit Data Sink Length",
+        ));
     }
     let mut flags = 0u32;
     if kind & PLACEMENT_PERSISTENT != 0 {
@@ -286,7 +295,7 @@ pub(super) unsafe extern "C" fn wr_flush(
     guard((), || match flush_flags(len, kind, level) {
         // `len` fits 32 bits (see flush_flags).
         Ok(flags) => begin(q, |id| wqe::flush(id, rkey, addr, len as u32, flags)),
-        Err(_) => fail_batch(q, libc::EINVAL),
+        Err(e) => fail_batch(q, e),
     })
 }
 
@@ -295,18 +304,18 @@ pub(crate) fn begin_dv(q: *mut ibv_qp_ex, make: impl FnOnce(u64) -> SendWqe) {
     begin(q, make)
 }
 
-/// Makes the next wr_complete on `q` fail with `err`.
-pub(crate) fn fail_batch(q: *mut ibv_qp_ex, err: i32) {
+/// Makes the next wr_complete on `q` fail with `err`'s errno.
+pub(crate) fn fail_batch(q: *mut ibv_qp_ex, err: Error) {
     with_batch(q, |_, b| {
         b.pending = None;
-        b.err = err;
+        b.err = Some(err);
     })
 }
 
 pub(super) fn set_payload(q: *mut ibv_qp_ex, sges: SgeList, inline: bool) {
     with_batch(q, |x, b| {
         if b.pending.is_none() {
-            b.err = libc::EINVAL;
+            b.err = Some(Error::invalid("a payload for no work request"));
             return;
         }
         b.seal(&x.qp, sges, inline);

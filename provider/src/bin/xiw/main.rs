@@ -273,7 +273,7 @@ fn cmd_up(opts: &Options) -> Result<(), String> {
     // existing tree alone.
     let netdevs = names
         .iter()
-        .map(|n| sys::lookup_netdev(n))
+        .map(|n| sys::lookup_netdev(n).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     let (root, _) = resolve_root(opts)?;
     let provider = match &opts.provider {

@@ -10,8 +10,8 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use xiw::netdev::socket;
 pub use xiw::netdev::{lookup_netdev, Netdev};
+use xiw::sys::socket;
 
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
