@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::context::Shared;
+use crate::error::Error;
 use crate::private_data::{parse_xiw, private_data, PD_FLAG_EXTENSIONS, PD_FLAG_IMM_PAIRS};
 use crate::qp::core::{QpCore, MAX_RD_ATOMIC};
 use crate::tcp::{canonical, read_frame, send_reject, socket_for, write_all, Request};
@@ -115,19 +116,14 @@ impl Cm {
     }
 
     /// RTR: start connecting to (or waiting for) the peer.
-    pub fn start(
-        &mut self,
-        qp: &impl Link,
-        peer_addr: IpAddr,
-        peer_qpn: u32,
-    ) -> Result<(), String> {
+    pub fn start(&mut self, qp: &impl Link, peer_addr: IpAddr, peer_qpn: u32) -> Result<(), Error> {
         if self.phase != Phase::Idle && self.phase != Phase::AwaitRequest {
             return Ok(());
         }
         let sh = &qp.sh;
         let me = (sh.dev.addr, qp.qpn);
         if (peer_addr, peer_qpn) == me {
-            return Err("a QP cannot connect to itself".into());
+            return Err(Error::Connect("a QP cannot connect to itself".into()));
         }
         self.peer = Some((peer_addr, peer_qpn));
         timers(qp, self.life.connecting());
@@ -137,7 +133,7 @@ impl Cm {
             self.connect(qp).map_err(|e| {
                 // A failed RTR leaves nothing armed.
                 self.life.start_failed();
-                format!("connect: {e}")
+                Error::Connect(format!("connect: {e}"))
             })
         } else {
             self.phase = Phase::AwaitRequest;
@@ -163,7 +159,7 @@ impl Cm {
     }
 
     /// The context accepted a connection whose MPA Request names this QP.
-    pub fn adopt(&mut self, qp: &impl Link, fd: OwnedFd, req: Request) -> Result<(), String> {
+    pub fn adopt(&mut self, qp: &impl Link, fd: OwnedFd, req: Request) -> Result<(), Error> {
         crate::log::debug(
             &qp.sh.log,
             format_args!(
@@ -247,7 +243,7 @@ impl Cm {
     }
 
     /// The connection socket (or a held one) has an event before the QP is established.
-    pub fn on_sock(&mut self, qp: &impl Link, writable: bool) -> Result<(), String> {
+    pub fn on_sock(&mut self, qp: &impl Link, writable: bool) -> Result<(), Error> {
         self.forget_dead(qp);
         match self.phase {
             Phase::Connecting if writable => {
@@ -265,21 +261,24 @@ impl Cm {
                     return Ok(());
                 }
                 if err != 0 {
-                    return Err(format!("connect: {}", io::Error::from_raw_os_error(err)));
+                    return Err(Error::Connect(format!(
+                        "connect: {}",
+                        io::Error::from_raw_os_error(err)
+                    )));
                 }
                 self.send_request(qp)
-                    .map_err(|e| format!("sending MPA request: {e}"))?;
+                    .map_err(|e| Error::Connect(format!("sending MPA request: {e}")))?;
                 qp.sh
                     .reactor
                     .watch_cm(fd, qp.qpn, false, false)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| Error::Connect(e.to_string()))?;
                 self.phase = Phase::AwaitReply;
                 Ok(())
             }
             Phase::AwaitReply => match read_frame(self.sock_fd(), &mut self.reader) {
                 Ok(Some(frame)) => self.on_reply(qp, &frame),
                 Ok(None) => Ok(()),
-                Err(e) => Err(format!("reading MPA reply: {e}")),
+                Err(e) => Err(Error::Connect(format!("reading MPA reply: {e}"))),
             },
             _ => Ok(()),
         }
@@ -361,26 +360,30 @@ impl Cm {
         }
     }
 
-    fn send_request(&mut self, qp: &QpCore) -> Result<(), String> {
+    fn send_request(&mut self, qp: &QpCore) -> Result<(), Error> {
         let (_, peer_qpn) = self.peer.expect("peer known");
         self.stamp = qp.sh.next_stamp();
         let (exchange, request) = setup::Initiator::new(Self::local(qp, peer_qpn, self.stamp))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Error::Connect(e.to_string()))?;
         self.exchange = Some(exchange);
-        write_all(self.sock_fd(), &request).map_err(|e| e.to_string())
+        write_all(self.sock_fd(), &request).map_err(|e| Error::Connect(e.to_string()))
     }
 
-    fn on_reply(&mut self, qp: &impl Link, frame: &[u8]) -> Result<(), String> {
+    fn on_reply(&mut self, qp: &impl Link, frame: &[u8]) -> Result<(), Error> {
         let exchange = self
             .exchange
             .take()
-            .ok_or("an MPA reply before the request")?;
-        let agreed = exchange.reply(frame).map_err(|e| e.to_string())?;
+            .ok_or_else(|| Error::Connect("an MPA reply before the request".into()))?;
+        let agreed = exchange
+            .reply(frame)
+            .map_err(|e| Error::Connect(e.to_string()))?;
         let p = parse_xiw(&agreed.peer_data)
             .filter(|p| Some(p.from) == self.peer.map(|p| p.1) && p.to == qp.qpn)
-            .ok_or("the MPA reply is not from the expected QP")?;
+            .ok_or_else(|| Error::Connect("the MPA reply is not from the expected QP".into()))?;
         if p.stamp != 0 && p.stamp != self.stamp {
-            return Err("the MPA reply answers another connection attempt".into());
+            return Err(Error::Connect(
+                "the MPA reply answers another connection attempt".into(),
+            ));
         }
         self.establish(qp, true, &agreed, p.flags);
         Ok(())
@@ -389,7 +392,7 @@ impl Cm {
     /// Responder at RTR: turns away every held Request that is not from the
     /// peer, and answers the newest attempt of the peer (unless the stream
     /// answered already is newer), turning the older ones away.
-    fn answer_newest(&mut self, qp: &impl Link) -> Result<(), String> {
+    fn answer_newest(&mut self, qp: &impl Link) -> Result<(), Error> {
         let (peer_addr, peer_qpn) = self.peer.expect("peer known at RTR");
         let peer_addr = canonical(peer_addr);
         self.turn_away(qp, |h| {
@@ -429,7 +432,8 @@ impl Cm {
         };
         self.sock = Some(h.sock);
         self.stamp = req.stamp;
-        write_all(self.sock_fd(), &reply).map_err(|e| format!("sending MPA reply: {e}"))?;
+        write_all(self.sock_fd(), &reply)
+            .map_err(|e| Error::Connect(format!("sending MPA reply: {e}")))?;
         let flags = parse_xiw(&agreed.peer_data).map_or(0, |p| p.flags);
         self.establish(qp, false, &agreed, flags);
         Ok(())
@@ -448,7 +452,7 @@ impl Cm {
     /// The tentative stream failed before the initiator's first FPDU: that
     /// attempt was abandoned (the lifecycle's [`Action::Reopen`]). Wait for
     /// (or answer) the next.
-    pub fn reopen(&mut self, qp: &impl Link) -> Result<(), String> {
+    pub fn reopen(&mut self, qp: &impl Link) -> Result<(), Error> {
         crate::log::debug(
             &qp.sh.log,
             format_args!(

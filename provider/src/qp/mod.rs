@@ -431,7 +431,7 @@ impl Qp {
                 }
                 Action::Reopen => {
                     if let Err(why) = cm.reopen(self) {
-                        fails.push(Fail::stream(why));
+                        fails.push(Fail::stream(why.to_string()));
                     }
                 }
                 Action::Connect => {
@@ -551,7 +551,7 @@ impl Endpoint for Qp {
     fn on_connection(&self, writable: bool) {
         let r = self.lock_cm().on_sock(self, writable);
         if let Err(why) = r {
-            self.fail(&why);
+            self.fail(&why.to_string());
         }
     }
 
@@ -585,7 +585,7 @@ impl Endpoint for Qp {
     fn adopt(&self, fd: OwnedFd, req: Request) {
         let r = self.lock_cm().adopt(self, fd, req);
         if let Err(why) = r {
-            self.fail(&why);
+            self.fail(&why.to_string());
         }
     }
 

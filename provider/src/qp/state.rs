@@ -185,7 +185,7 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
             if let Err(why) = r {
                 log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
                 qp.state.store(IBV_QPS_INIT, Ordering::Release);
-                return Err(Error::Connect(why));
+                return Err(why);
             }
         }
         IBV_QPS_RTS => {
