@@ -183,6 +183,67 @@ fn own_pid() -> libc::pid_t {
     rustix::process::getpid().as_raw_nonzero().get()
 }
 
+/// A private anonymous mapping of `len` zeroed bytes, readable and writable,
+/// where the kernel places it (`mmap(2)`); unmap it with [`unmap`].
+pub fn map_anonymous(len: usize) -> io::Result<*mut u8> {
+    use rustix::mm::{MapFlags, ProtFlags};
+    // SAFETY: no address is asked for, so the new mapping replaces none: no
+    // memory the program uses changes.
+    let p = unsafe {
+        rustix::mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+        )
+    }?;
+    Ok(p.cast())
+}
+
+// ---- threads and CPUs ------------------------------------------------------------
+
+/// A set of CPUs, as the affinity calls take it (1024 of them, as libc's
+/// `cpu_set_t`).
+pub use rustix::thread::CpuSet;
+
+/// The CPU the calling thread runs on (`sched_getcpu(3)`); `None` if it
+/// cannot say. libc's: glibc reads it from the thread's rseq area, with no
+/// call at all, where rustix calls the vDSO's `getcpu`.
+#[inline]
+pub fn current_cpu() -> Option<i32> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let c = unsafe { libc::sched_getcpu() };
+    (c >= 0).then_some(c)
+}
+
+/// The CPUs the calling thread may run on (`sched_getaffinity(2)`).
+pub fn affinity() -> io::Result<CpuSet> {
+    Ok(rustix::thread::sched_getaffinity(None)?)
+}
+
+/// Lets the calling thread run on the CPUs of `set` only
+/// (`sched_setaffinity(2)`).
+pub fn set_affinity(set: &CpuSet) -> io::Result<()> {
+    Ok(rustix::thread::sched_setaffinity(None, set)?)
+}
+
+/// Runs the calling thread under `SCHED_FIFO` at `priority`
+/// (`pthread_setschedparam(3)` on `pthread_self()`, libc's: a pthread
+/// function, which keeps glibc's own record of the thread's policy). A
+/// failure leaves the thread as it was.
+pub fn set_fifo(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: changes only this thread's own scheduling, from a live
+    // sched_param.
+    let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
 // ---- files -----------------------------------------------------------------------
 
 /// `statx(2)` of the open file `f` itself (`AT_EMPTY_PATH`) for `mask`.

@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::sys::{self, CpuSet};
+
 pub struct AppCpu {
     /// [`super::Config::avoid_app_cpu`].
     avoid: bool,
@@ -26,10 +28,10 @@ impl AppCpu {
         if !self.avoid {
             return;
         }
-        // SAFETY: sched_getcpu has no preconditions.
-        let c = unsafe { libc::sched_getcpu() };
-        if c >= 0 && self.last.load(Ordering::Relaxed) != c {
-            self.last.store(c, Ordering::Relaxed);
+        if let Some(c) = sys::current_cpu() {
+            if self.last.load(Ordering::Relaxed) != c {
+                self.last.store(c, Ordering::Relaxed);
+            }
         }
     }
 
@@ -52,21 +54,15 @@ impl AppCpu {
 /// CPU it places the data while the application keeps spinning, as a NIC's
 /// interrupt on another core would (2 B `ib_write_lat`: 25 µs vs 6 µs here).
 pub(super) struct Placement {
-    allowed: Option<libc::cpu_set_t>,
+    allowed: Option<CpuSet>,
     avoiding: i32,
     changed: Instant,
 }
 
 impl Placement {
     pub(super) fn new() -> Placement {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: this thread's own affinity, into a set of the right size.
-        let ok =
-            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }
-                == 0;
         Placement {
-            allowed: ok.then_some(set),
+            allowed: sys::affinity().ok(),
             avoiding: -1,
             changed: Instant::now(),
         }
@@ -91,16 +87,10 @@ impl Placement {
         self.changed = Instant::now();
         let mut set = allowed;
         let cpu = cpu as usize;
-        // SAFETY: CPU_* only touch the sets given, within their size.
-        unsafe {
-            if cpu < libc::CPU_SETSIZE as usize
-                && libc::CPU_ISSET(cpu, &set)
-                && libc::CPU_COUNT(&set) > 1
-            {
-                libc::CPU_CLR(cpu, &mut set);
-            }
-            // Failure leaves the thread where it was.
-            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        if cpu < CpuSet::MAX_CPU && set.is_set(cpu) && set.count() > 1 {
+            set.unset(cpu);
         }
+        // Failure leaves the thread where it was.
+        let _ = sys::set_affinity(&set);
     }
 }

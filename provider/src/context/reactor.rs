@@ -214,13 +214,9 @@ impl Reactor {
 /// The progress thread of the context `sh`, until [`Reactor::stop`].
 pub fn run(sh: Arc<Shared>) {
     if sh.cfg.rt_prio > 0 {
-        let param = libc::sched_param {
-            sched_priority: sh.cfg.rt_prio,
-        };
-        // SAFETY: changes only this thread's own scheduling; failure leaves it as it was.
-        let r =
-            unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) };
-        if r != 0 {
+        // Failure leaves the thread as it was.
+        if let Err(e) = crate::sys::set_fifo(sh.cfg.rt_prio) {
+            let r = e.raw_os_error().unwrap_or(0);
             crate::log::warn(
                 &sh.log,
                 format_args!("XIW_PROGRESS_RT: cannot use SCHED_FIFO (errno {r})"),

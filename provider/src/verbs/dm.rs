@@ -23,8 +23,7 @@ pub struct XiwDm {
 }
 
 fn page() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as u64
+    crate::sys::page_size()
 }
 
 pub(super) unsafe extern "C" fn alloc_dm(
@@ -53,21 +52,10 @@ pub(super) unsafe extern "C" fn alloc_dm(
             return null_err(libc::ENOMEM);
         }
         let map = len.next_multiple_of(page()) as usize;
-        // SAFETY: a fresh anonymous mapping.
-        let mem = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                map,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if mem == libc::MAP_FAILED {
+        let Ok(mem) = crate::sys::map_anonymous(map) else {
             sh.device_memory.release(len);
             return null_err(libc::ENOMEM);
-        }
+        };
         Box::into_raw(Box::new(XiwDm {
             ibv: ibv_dm {
                 context: ctx,
@@ -76,7 +64,7 @@ pub(super) unsafe extern "C" fn alloc_dm(
                 comp_mask: 0,
                 handle: sh.next_id(),
             },
-            mem: mem.cast(),
+            mem,
             len,
             mrs: AtomicU32::new(0),
         })) as *mut ibv_dm
@@ -97,7 +85,7 @@ pub(super) unsafe extern "C" fn free_dm(dm: *mut ibv_dm) -> i32 {
             return libc::EBUSY;
         }
         // SAFETY: the mapping alloc_dm made, no longer reachable.
-        unsafe { libc::munmap(mem.cast(), len.next_multiple_of(page()) as usize) };
+        let _ = unsafe { crate::sys::unmap(mem, len.next_multiple_of(page()) as usize) };
         // SAFETY: ctx is ours.
         unsafe { shared(ctx) }.device_memory.release(len);
         // SAFETY: allocated by alloc_dm; handed back once.
