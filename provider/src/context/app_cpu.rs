@@ -23,7 +23,8 @@ impl AppCpu {
     }
 
     /// Records the CPU the calling application thread runs on (see
-    /// [`super::Config::avoid_app_cpu`]); a vDSO call, and a store only on change.
+    /// [`super::Config::avoid_app_cpu`]); a cheap read
+    /// ([`crate::sys::current_cpu`]), and a store only on change.
     pub fn note(&self) {
         if !self.avoid {
             return;
