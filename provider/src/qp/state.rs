@@ -39,6 +39,27 @@ fn advance(qp: &Qp, cur: u32, new: u32) -> Result<(), Error> {
 /// Applies `attr` under `mask`; returns the new state.
 pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
     let sh = &qp.sh;
+    let (cur, new) = transition_of(qp, attr, mask)?;
+    check_attrs(attr, mask)?;
+    let to_rtr = cur == IBV_QPS_INIT && new == IBV_QPS_RTR;
+    // Kernel mode: RTR without the peer's address is rdma_cm's (librdmacm
+    // moves the QP through RTR and RTS as the connection manager says); the
+    // stream then comes from the kernel module.
+    let by_cm = sh.kernel.is_some() && mask & IBV_QP_AV == 0;
+    if to_rtr && !by_cm {
+        check_peer(qp, attr, mask)?;
+    }
+    apply_attrs(qp, attr, mask);
+    if new == cur {
+        return Ok(new);
+    }
+    enter(qp, attr, cur, new, by_cm)
+}
+
+/// The QP's state and the one `attr` moves it to, checked to be a
+/// transition the QP may make.
+fn transition_of(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<(u32, u32), Error> {
+    let sh = &qp.sh;
     let cur = qp.state();
     let new = if mask & IBV_QP_STATE != 0 {
         attr.qp_state
@@ -57,6 +78,11 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
             "{cur} -> {new} is not a valid transition"
         )));
     }
+    Ok((cur, new))
+}
+
+/// Checks the attributes `mask` names against what the device has.
+fn check_attrs(attr: &ibv_qp_attr, mask: u32) -> Result<(), Error> {
     if mask & IBV_QP_PORT != 0 && attr.port_num != 1 {
         return Err(Error::invalid("the device has port 1 only"));
     }
@@ -76,30 +102,35 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
             "alternate paths, path migration, SQD events and rate limits",
         ));
     }
-    let to_rtr = cur == IBV_QPS_INIT && new == IBV_QPS_RTR;
-    // Kernel mode: RTR without the peer's address is rdma_cm's (librdmacm
-    // moves the QP through RTR and RTS as the connection manager says); the
-    // stream then comes from the kernel module.
-    let by_cm = sh.kernel.is_some() && mask & IBV_QP_AV == 0;
-    if to_rtr && !by_cm {
-        if mask & IBV_QP_AV == 0 || mask & IBV_QP_DEST_QPN == 0 {
-            log::warn(
-                &sh.log,
-                format_args!("modify_qp to RTR needs the peer's address (IBV_QP_AV) and QPN"),
-            );
-            return Err(Error::invalid("RTR needs the peer's address and QPN"));
-        }
-        if attr.ah_attr.is_global == 0 {
-            log::warn(&sh.log,
-                format_args!("iWARP needs the peer's GID in ah_attr.grh (e.g. ibv_rc_pingpong -g 0); LIDs mean nothing here"),
-            );
-            return Err(Error::invalid("iWARP needs the peer's GID"));
-        }
-        if attr.dest_qp_num >> 8 == 0 || attr.dest_qp_num > 0xff_ffff {
-            return Err(Error::invalid("dest_qp_num is no QP number"));
-        }
-    }
+    Ok(())
+}
 
+/// Checks that a move to RTR the provider connects names the peer: its
+/// address (a GID, as iWARP has no LIDs) and its QP number.
+fn check_peer(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<(), Error> {
+    let sh = &qp.sh;
+    if mask & IBV_QP_AV == 0 || mask & IBV_QP_DEST_QPN == 0 {
+        log::warn(
+            &sh.log,
+            format_args!("modify_qp to RTR needs the peer's address (IBV_QP_AV) and QPN"),
+        );
+        return Err(Error::invalid("RTR needs the peer's address and QPN"));
+    }
+    if attr.ah_attr.is_global == 0 {
+        log::warn(&sh.log,
+            format_args!("iWARP needs the peer's GID in ah_attr.grh (e.g. ibv_rc_pingpong -g 0); LIDs mean nothing here"),
+        );
+        return Err(Error::invalid("iWARP needs the peer's GID"));
+    }
+    if attr.dest_qp_num >> 8 == 0 || attr.dest_qp_num > 0xff_ffff {
+        return Err(Error::invalid("dest_qp_num is no QP number"));
+    }
+    Ok(())
+}
+
+/// Stores the attributes `mask` names; the access flags reach the engine too.
+fn apply_attrs(qp: &Qp, attr: &ibv_qp_attr, mask: u32) {
+    let sh = &qp.sh;
     {
         let mut a = qp.attrs.lock();
         if mask & IBV_QP_ACCESS_FLAGS != 0 {
@@ -151,10 +182,10 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
     if mask & IBV_QP_ACCESS_FLAGS != 0 {
         qp.lock_rx().engine.set_access(attr.qp_access_flags);
     }
+}
 
-    if new == cur {
-        return Ok(new);
-    }
+/// What entering `new` from `cur` does; returns the state the QP is then in.
+fn enter(qp: &Qp, attr: &ibv_qp_attr, cur: u32, new: u32, by_cm: bool) -> Result<u32, Error> {
     match new {
         IBV_QPS_RESET => qp.reset(),
         IBV_QPS_ERR => qp.to_error(
@@ -165,28 +196,13 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
             true,
         ),
         IBV_QPS_RTR => {
-            // From the state checked above only: a failure found meanwhile by
+            // From the state `modify` checked only: a failure found meanwhile by
             // another thread stands (the QP stays in error, EINVAL).
             advance(qp, cur, IBV_QPS_RTR)?;
             if by_cm {
                 return Ok(qp.state());
             }
-            // SAFETY: reading the raw bytes of the GID union.
-            let gid = unsafe { attr.ah_attr.grh.dgid.raw };
-            let peer = match sh.dev.peer_addr(&gid) {
-                Ok(a) => a,
-                Err(e) => {
-                    log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, e));
-                    qp.state.store(IBV_QPS_INIT, Ordering::Release);
-                    return Err(e);
-                }
-            };
-            let r = qp.lock_cm().start(qp, peer, attr.dest_qp_num);
-            if let Err(why) = r {
-                log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
-                qp.state.store(IBV_QPS_INIT, Ordering::Release);
-                return Err(why);
-            }
+            connect(qp, attr)?;
         }
         IBV_QPS_RTS => {
             {
@@ -200,4 +216,27 @@ pub fn modify(qp: &Qp, attr: &ibv_qp_attr, mask: u32) -> Result<u32, Error> {
         s => qp.state.store(s, Ordering::Release),
     }
     Ok(qp.state())
+}
+
+/// Starts the connection to the peer `attr` names, the QP now in RTR; if
+/// that fails the QP goes back to INIT.
+fn connect(qp: &Qp, attr: &ibv_qp_attr) -> Result<(), Error> {
+    let sh = &qp.sh;
+    // SAFETY: reading the raw bytes of the GID union.
+    let gid = unsafe { attr.ah_attr.grh.dgid.raw };
+    let peer = match sh.dev.peer_addr(&gid) {
+        Ok(a) => a,
+        Err(e) => {
+            log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, e));
+            qp.state.store(IBV_QPS_INIT, Ordering::Release);
+            return Err(e);
+        }
+    };
+    let r = qp.lock_cm().start(qp, peer, attr.dest_qp_num);
+    if let Err(why) = r {
+        log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
+        qp.state.store(IBV_QPS_INIT, Ordering::Release);
+        return Err(why);
+    }
+    Ok(())
 }
