@@ -31,9 +31,58 @@ pub(super) fn new_qp(
 ) -> Result<*mut ibv_qp, Error> {
     // SAFETY: ctx is ours.
     let sh_ref = unsafe { shared(ctx) };
+    check_init_attr(sh_ref, a)?;
+    // SAFETY: pd, CQs and SRQ pointers come from this provider.
+    let (p, scq, rcq) = unsafe { (pd_of(a.pd), cq_of(a.send_cq), cq_of(a.recv_cq)) };
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        // SAFETY: as above.
+        Some(unsafe { srq_of(a.srq) }.srq.clone())
+    };
+    let caps = clamp_caps(&a.cap, srq.is_some());
+    // SAFETY: ctx is ours.
+    let sh = unsafe { counted_shared(ctx) };
+    let q = Qp::new(
+        QpCore::new(
+            sh.clone(),
+            p.id,
+            scq.cq.clone(),
+            rcq.cq.clone(),
+            srq,
+            caps,
+            a.sq_sig_all != 0,
+        )
+        .map_err(|e| Error::ring(&e))?,
+    );
+    report_caps(&mut a.cap, &q, &caps);
+    let q = Arc::new(q);
+    q.send_cq.attach(&q);
+    if !Arc::ptr_eq(&q.send_cq, &q.recv_cq) {
+        q.recv_cq.attach(&q);
+    }
+    let v = verbs_qp_of(ctx, a, q.qpn, sh_ref.cfg.extensions);
+    let b = boxed_qp(v, q.clone());
+    // Kernel mode: the kernel's QP, under the provider's number (what the
+    // connection manager finds it by), made of the kernel's PD, CQs and SRQ.
+    if let Some(k) = sh.kernel {
+        // SAFETY: b is fresh, not yet handed out; a's PD, CQs and SRQ are ours.
+        unsafe { kernel_qp(k, b, a, &q, &sh) }?;
+    }
+    q.handle.store(b as usize, Ordering::Release);
+    sh.qps.insert(q.qpn, q);
+    // SAFETY: the caller's PD, checked to be ours above.
+    unsafe { domain_use(a.pd, true) };
+    Ok(b as *mut ibv_qp)
+}
+
+/// Checks a QP's creation attributes: an RC QP, only the attributes and
+/// send operations the device has, its PD and CQs named, its capabilities
+/// within the device's.
+fn check_init_attr(sh: &Shared, a: &ibv_qp_init_attr_ex) -> Result<(), Error> {
     if a.qp_type != IBV_QPT_RC {
         crate::log::debug(
-            &sh_ref.log,
+            &sh.log,
             format_args!("create_qp: only RC queue pairs exist on iWARP"),
         );
         return Err(Error::unsupported("only RC queue pairs exist on iWARP"));
@@ -47,7 +96,7 @@ pub(super) fn new_qp(
     if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
         return Err(Error::unsupported("no creation flag is supported"));
     }
-    let ops = if sh_ref.cfg.extensions {
+    let ops = if sh.cfg.extensions {
         SEND_OPS | SEND_OPS_EXT
     } else {
         SEND_OPS
@@ -58,7 +107,7 @@ pub(super) fn new_qp(
     if a.pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
         return Err(Error::invalid("no PD, send CQ or receive CQ"));
     }
-    let c = &mut a.cap;
+    let c = &a.cap;
     if c.max_send_wr > crate::qp::MAX_QP_WR
         || c.max_recv_wr > crate::qp::MAX_QP_WR
         || c.max_send_sge > crate::qp::MAX_SGE
@@ -67,64 +116,56 @@ pub(super) fn new_qp(
     {
         return Err(Error::invalid("the QP's capabilities exceed the device's"));
     }
-    // SAFETY: pd, CQs and SRQ pointers come from this provider.
-    let (p, scq, rcq) = unsafe { (pd_of(a.pd), cq_of(a.send_cq), cq_of(a.recv_cq)) };
-    let srq = if a.srq.is_null() {
-        None
-    } else {
-        // SAFETY: as above.
-        Some(unsafe { srq_of(a.srq) }.srq.clone())
-    };
+    Ok(())
+}
+
+/// The rings' sizes for the capabilities asked for: at least one of each,
+/// no receive queue with an SRQ, and as much inline data as the send
+/// queue's stride holds.
+fn clamp_caps(c: &ibv_qp_cap, with_srq: bool) -> Caps {
     let max_send_sge = c.max_send_sge.max(1);
     let stride = xiw_abi::ring::send_stride(max_send_sge, c.max_inline_data);
     let max_inline = (stride - size_of::<SendWqe>() as u32).min(crate::qp::MAX_INLINE);
-    let caps = Caps {
+    Caps {
         max_send_wr: c.max_send_wr.max(1),
-        max_recv_wr: if srq.is_some() {
-            0
-        } else {
-            c.max_recv_wr.max(1)
-        },
+        max_recv_wr: if with_srq { 0 } else { c.max_recv_wr.max(1) },
         max_send_sge,
-        max_recv_sge: if srq.is_some() {
-            0
-        } else {
-            c.max_recv_sge.max(1)
-        },
+        max_recv_sge: if with_srq { 0 } else { c.max_recv_sge.max(1) },
         max_inline,
-    };
-    let sh = {
-        // SAFETY: the context outlives its QPs; we only need a counted handle.
-        let raw = unsafe { (*XiwContext::of(ctx)).sh };
-        // SAFETY: `sh` came from Arc::into_raw in alloc_context and is still alive.
-        unsafe {
-            Arc::increment_strong_count(raw);
-            Arc::from_raw(raw)
-        }
-    };
-    let q = Qp::new(
-        QpCore::new(
-            sh.clone(),
-            p.id,
-            scq.cq.clone(),
-            rcq.cq.clone(),
-            srq,
-            caps,
-            a.sq_sig_all != 0,
-        )
-        .map_err(|e| Error::ring(&e))?,
-    );
+    }
+}
+
+/// Tells the caller the capabilities the QP has.
+fn report_caps(c: &mut ibv_qp_cap, q: &Qp, caps: &Caps) {
     c.max_send_wr = q.sq.entries.min(crate::qp::MAX_QP_WR);
     c.max_recv_wr = q.rq.as_ref().map(|r| r.entries).unwrap_or(0);
     c.max_send_sge = caps.max_send_sge;
     c.max_recv_sge = caps.max_recv_sge;
     c.max_inline_data = caps.max_inline;
-    let q = Arc::new(q);
-    q.send_cq.attach(&q);
-    if !Arc::ptr_eq(&q.send_cq, &q.recv_cq) {
-        q.recv_cq.attach(&q);
+}
+
+/// A counted handle on the context's shared state, for a QP to hold.
+///
+/// # Safety
+/// `ctx` is a context of ours.
+unsafe fn counted_shared(ctx: *mut ibv_context) -> Arc<Shared> {
+    // SAFETY: the context outlives its QPs; we only need a counted handle.
+    let raw = unsafe { (*XiwContext::of(ctx)).sh };
+    // SAFETY: `sh` came from Arc::into_raw in alloc_context and is still alive.
+    unsafe {
+        Arc::increment_strong_count(raw);
+        Arc::from_raw(raw)
     }
-    let qpn = q.qpn;
+}
+
+/// libibverbs' view of the new QP: its objects, its number, and the
+/// builders of the extended post-send API this device has.
+fn verbs_qp_of(
+    ctx: *mut ibv_context,
+    a: &ibv_qp_init_attr_ex,
+    qpn: u32,
+    extensions: bool,
+) -> verbs_qp {
     // SAFETY: verbs_qp is plain data; all-zero is a valid starting value.
     let mut v: verbs_qp = unsafe { std::mem::zeroed() };
     {
@@ -152,7 +193,7 @@ pub(super) fn new_qp(
         ex.wr_rdma_read = Some(wr_rdma_read);
         ex.wr_local_inv = Some(wr_local_inv);
         ex.wr_bind_mw = Some(wr_bind_mw);
-        if sh_ref.cfg.extensions {
+        if extensions {
             ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
             ex.wr_send_imm = Some(wr_send_imm);
             ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
@@ -166,11 +207,16 @@ pub(super) fn new_qp(
     }
     // `ibv_wr_flush` is the commit draft's Flush where libibverbs has it
     // (rdma-core 45 and later), as xiwdv_wr_flush is.
-    let flush: Option<WrFlush> = sh_ref.cfg.extensions.then_some(wr_flush);
+    let flush: Option<WrFlush> = extensions.then_some(wr_flush);
     crate::rdma_core::layout().set_qp_tail(&mut v, VERBS_QP_EX, flush);
+    v
+}
+
+/// The QP as handed out, on the heap, its pthread objects initialised.
+fn boxed_qp(v: verbs_qp, q: Arc<Qp>) -> *mut XiwQp {
     let b = Box::into_raw(Box::new(XiwQp {
         vqp: v,
-        qp: q.clone(),
+        qp: q,
         section: Mutex::new(Section::default()),
         section_free: Condvar::new(),
         kernel: None,
@@ -187,56 +233,66 @@ pub(super) fn new_qp(
             ptr::null(),
         );
     }
-    // Kernel mode: the kernel's QP, under the provider's number (what the
-    // connection manager finds it by), made of the kernel's PD, CQs and SRQ.
-    if let Some(k) = sh.kernel {
-        // SAFETY: the caller's SRQ, checked to be ours above.
-        let srq_k = (!a.srq.is_null()).then(|| unsafe { srq_of(a.srq) }.kernel);
-        let objects = (|| {
-            Some(crate::kernel::QpObjects {
-                pd: p.kernel?,
-                send_cq: scq.cq.kernel_handle()?,
-                recv_cq: rcq.cq.kernel_handle()?,
-                srq: match srq_k {
-                    Some(h) => Some(h?),
-                    None => None,
-                },
-                caps: *c,
-                sq_sig_all: a.sq_sig_all != 0,
-            })
-        })();
-        let made = match objects {
-            Some(o) => k.create_qp(b as u64, o, qpn),
-            None => Err(Error::invalid(
-                "the PD, a CQ or the SRQ has no kernel object",
-            )),
-        };
-        match made {
-            // SAFETY: b is fresh, not yet handed out.
-            Ok((h, slot)) => {
-                // SAFETY: as above.
-                unsafe {
-                    (*b).kernel = Some(h);
-                    (*(*b).vqp.u.qp_ex).qp_base.handle = h;
-                }
-                let _ = q.kernel.set(h);
-                if let (Some(s), Some(_)) = (slot, &sh.kernel_events.page) {
-                    let _ = q.ev_slot.set(s);
-                    sh.kernel_events.register_slot(s, q.qpn);
-                }
+    b
+}
+
+/// Makes the kernel's QP for `b` and records its handle (and its slot in the
+/// module's events page, where there is one). If that fails, `b` is freed.
+///
+/// # Safety
+/// `b` is fresh from `boxed_qp`, not yet handed out; `a`'s PD, CQs and SRQ
+/// are ours.
+unsafe fn kernel_qp(
+    k: crate::kernel::Kernel,
+    b: *mut XiwQp,
+    a: &ibv_qp_init_attr_ex,
+    q: &Qp,
+    sh: &Shared,
+) -> Result<(), Error> {
+    // SAFETY: the caller's PD and CQs, checked to be ours.
+    let (p, scq, rcq) = unsafe { (pd_of(a.pd), cq_of(a.send_cq), cq_of(a.recv_cq)) };
+    // SAFETY: the caller's SRQ, checked to be ours above.
+    let srq_k = (!a.srq.is_null()).then(|| unsafe { srq_of(a.srq) }.kernel);
+    let objects = (|| {
+        Some(crate::kernel::QpObjects {
+            pd: p.kernel?,
+            send_cq: scq.cq.kernel_handle()?,
+            recv_cq: rcq.cq.kernel_handle()?,
+            srq: match srq_k {
+                Some(h) => Some(h?),
+                None => None,
+            },
+            caps: a.cap,
+            sq_sig_all: a.sq_sig_all != 0,
+        })
+    })();
+    let made = match objects {
+        Some(o) => k.create_qp(b as u64, o, q.qpn),
+        None => Err(Error::invalid(
+            "the PD, a CQ or the SRQ has no kernel object",
+        )),
+    };
+    match made {
+        // SAFETY: b is fresh, not yet handed out.
+        Ok((h, slot)) => {
+            // SAFETY: as above.
+            unsafe {
+                (*b).kernel = Some(h);
+                (*(*b).vqp.u.qp_ex).qp_base.handle = h;
             }
-            Err(e) => {
-                // SAFETY: b is fresh, not yet handed out; freed once, here.
-                drop(unsafe { Box::from_raw(b) });
-                return Err(e);
+            let _ = q.kernel.set(h);
+            if let (Some(s), Some(_)) = (slot, &sh.kernel_events.page) {
+                let _ = q.ev_slot.set(s);
+                sh.kernel_events.register_slot(s, q.qpn);
             }
+            Ok(())
+        }
+        Err(e) => {
+            // SAFETY: b is fresh, not yet handed out; freed once, here.
+            drop(unsafe { Box::from_raw(b) });
+            Err(e)
         }
     }
-    q.handle.store(b as usize, Ordering::Release);
-    sh.qps.insert(q.qpn, q);
-    // SAFETY: the caller's PD, checked to be ours above.
-    unsafe { domain_use(a.pd, true) };
-    Ok(b as *mut ibv_qp)
 }
 
 pub(super) unsafe extern "C" fn create_qp(
