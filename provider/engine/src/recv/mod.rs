@@ -384,7 +384,9 @@ impl<R> Receiver<R> {
                 } else {
                     rdmap::Opcode::SendSolicited
                 };
-                Some(self.send(host, op, be32(2), 0, true, payload, dhdr))
+                // Whole, at MO 0, with no receive in progress: the Send
+                // handler's one-step case.
+                Some(self.whole_send(host, op, payload, dhdr))
             }
             [TAGGED_LAST, WRITE, ..] if ulpdu.len() >= ddp::TAGGED_HDR_LEN => {
                 let stag = be32(2);

@@ -65,6 +65,7 @@ impl<R> Receiver<R> {
     /// the first takes the next posted receive, each fills it at its MO in
     /// order, the last completes it.
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn send_segment<H: Host<Recv = R>>(
         &mut self,
         host: &mut H,
