@@ -201,7 +201,7 @@ fn every_provider_module_keeps_to_its_layer() {
     // The table names no module that is gone.
     for (m, _) in LAYERS {
         assert!(
-            graph.contains_key(*m) || ["error"].contains(m),
+            graph.contains_key(*m),
             "LAYERS names {m}, which is not a provider module"
         );
     }
