@@ -54,19 +54,19 @@ pub type Result<T> = core::result::Result<T, Error>;
 pub(crate) mod be {
     use super::Field;
 
-    #[inline]
+    #[inline(always)]
     pub fn u16_at(buf: &[u8], f: Field) -> u16 {
         let b = &buf[f];
         u16::from_be_bytes([b[0], b[1]])
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn u32_at(buf: &[u8], f: Field) -> u32 {
         let b = &buf[f];
         u32::from_be_bytes([b[0], b[1], b[2], b[3]])
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn u64_at(buf: &[u8], f: Field) -> u64 {
         let b = &buf[f];
         let mut a = [0u8; 8];
@@ -74,17 +74,17 @@ pub(crate) mod be {
         u64::from_be_bytes(a)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn put_u16(buf: &mut [u8], f: Field, v: u16) {
         buf[f].copy_from_slice(&v.to_be_bytes());
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn put_u32(buf: &mut [u8], f: Field, v: u32) {
         buf[f].copy_from_slice(&v.to_be_bytes());
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn put_u64(buf: &mut [u8], f: Field, v: u64) {
         buf[f].copy_from_slice(&v.to_be_bytes());
     }
