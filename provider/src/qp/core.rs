@@ -13,6 +13,7 @@ use xiw_engine::fault::Fail;
 
 use crate::context::Shared;
 use crate::cq::Cq;
+use crate::error::Error;
 use crate::queue::{post_recv_ring, take_recv_ring, RecvJob, Ring};
 use crate::srq::Srq;
 use crate::wqe;
@@ -172,7 +173,7 @@ impl QpCore {
     /// refused. The caller starts transmission.
     pub fn write_send(
         &self,
-        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
+        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), Error>>,
         need_room: usize,
     ) -> Result<(), (usize, i32)> {
         let limit = self.caps.max_send_wr.max(1).min(self.sq.entries);
@@ -190,7 +191,9 @@ impl QpCore {
             return Err((0, libc::ENOMEM));
         }
         for (i, item) in wqes.enumerate() {
-            let (mut wqe, body) = item.map_err(|e| (i, e))?;
+            // The error becomes its errno only here, where it is met: the
+            // request itself is not moved out of a result of another shape.
+            let (mut wqe, body) = item.map_err(|e| (i, e.errno()))?;
             if p.wrapping_sub(self.sq.consumer()) >= limit {
                 return Err((i, libc::ENOMEM));
             }

@@ -36,6 +36,7 @@ use xiw_engine::{recv, send};
 use self::core::QpCore;
 use self::tx::{TxCell, TxGuard};
 use crate::context::Endpoint;
+use crate::error::Error;
 use crate::mem::AccessError;
 use crate::tcp::Request;
 
@@ -96,7 +97,7 @@ impl Qp {
     /// Writes send WQEs into the SQ ring. `Err((index, errno))` names the first refused.
     pub fn post_send(
         &self,
-        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
+        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), Error>>,
     ) -> Result<(), (usize, i32)> {
         self.post_send_with(wqes, 0)
     }
@@ -110,7 +111,7 @@ impl Qp {
 
     fn post_send_with(
         &self,
-        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), i32>>,
+        wqes: &mut dyn Iterator<Item = Result<(SendWqe, SendBody), Error>>,
         need_room: usize,
     ) -> Result<(), (usize, i32)> {
         let r = self.core.write_send(wqes, need_room);

@@ -729,9 +729,7 @@ unsafe fn post_send_ring(qp: &Qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_
         cur = unsafe { (*cur).next };
     }
     // SAFETY: each pointer is a valid WR from the caller's list.
-    let mut it = wrs
-        .iter()
-        .map(|&w| unsafe { send_wqe(qp, &*w) }.map_err(|e| e.errno()));
+    let mut it = wrs.iter().map(|&w| unsafe { send_wqe(qp, &*w) });
     match qp.post_send(&mut it) {
         Ok(()) => 0,
         Err((i, e)) => {
