@@ -64,9 +64,8 @@ fn read_request<H: Host>(
         dhdr,
         "Read Request of another length",
     )?;
-    let pkt = rdmap::ReadRequestPacket::new_checked(payload)
+    let req = rdmap::ReadRequestRepr::parse(&rdmap::ReadRequestPacket::new_unchecked(payload))
         .map_err(|_| errors::malformed(dhdr, "short Read Request"))?;
-    let req = rdmap::ReadRequestRepr::parse(&pkt).map_err(|_| errors::unexpected(dhdr))?;
     let rhdr = &payload[..rdmap::READ_REQUEST_LEN];
     // A zero-length Read touches no memory, so its source is not checked.
     if req.size > 0 {
@@ -101,10 +100,8 @@ fn atomic_request<H: Host>(
         dhdr,
         "Atomic Request of another length",
     )?;
-    let pkt = atomic::RequestPacket::new_checked(payload)
+    let req = atomic::AtomicRequestRepr::parse(&atomic::RequestPacket::new_unchecked(payload))
         .map_err(|_| errors::malformed(dhdr, "short Atomic Request"))?;
-    let req = atomic::AtomicRequestRepr::parse(&pkt)
-        .map_err(|_| errors::malformed(dhdr, "bad Atomic Request"))?;
     if req.op().is_none() {
         // An AOpCode xiw does not implement (section 5.2.1 rule 4).
         return Err(errors::unsupported_atomic(dhdr));
@@ -138,10 +135,8 @@ fn flush_request<H: Host>(
         dhdr,
         "Flush Request of another length",
     )?;
-    let pkt = commit::FlushRequestPacket::new_checked(payload)
+    let req = commit::FlushRequestRepr::parse(&commit::FlushRequestPacket::new_unchecked(payload))
         .map_err(|_| errors::malformed(dhdr, "short Flush Request"))?;
-    let req = commit::FlushRequestRepr::parse(&pkt)
-        .map_err(|_| errors::malformed(dhdr, "bad Flush Request"))?;
     let flags = req.flags & commit::FLUSH_KNOWN_FLAGS;
     let allowed = with_mr_only(qp_access);
     if req.length > 0 {
@@ -171,10 +166,9 @@ fn verify_request<H: Host>(
     payload: &[u8],
     dhdr: &[u8],
 ) -> Result<Inbound, Fail> {
-    let pkt = commit::VerifyRequestPacket::new_checked(payload)
-        .map_err(|_| errors::malformed(dhdr, "short Verify Request"))?;
-    let req = commit::VerifyRequestRepr::parse(&pkt)
-        .map_err(|_| errors::malformed(dhdr, "bad Verify Request"))?;
+    let req =
+        commit::VerifyRequestRepr::parse(&commit::VerifyRequestPacket::new_unchecked(payload))
+            .map_err(|_| errors::malformed(dhdr, "short Verify Request"))?;
     let allowed = with_mr_only(qp_access);
     host.check(req.stag, req.to, req.length as u64, access::VERIFY, allowed)
         .map_err(|e| Fail::protection(e, dhdr, None, "RDMA Verify refused"))?;
@@ -210,10 +204,10 @@ fn atomic_write_request<H: Host>(
         dhdr,
         "Atomic Write Request of another length",
     )?;
-    let pkt = commit::AtomicWriteRequestPacket::new_checked(payload)
-        .map_err(|_| errors::malformed(dhdr, "short Atomic Write Request"))?;
-    let req = commit::AtomicWriteRequestRepr::parse(&pkt)
-        .map_err(|_| errors::malformed(dhdr, "bad Atomic Write Request"))?;
+    let req = commit::AtomicWriteRequestRepr::parse(
+        &commit::AtomicWriteRequestPacket::new_unchecked(payload),
+    )
+    .map_err(|_| errors::malformed(dhdr, "short Atomic Write Request"))?;
     // 64 bits at 64-bit alignment, or nothing at all (section 3.1.3.1).
     if req.length != commit::ATOMIC_WRITE_DATA_LEN {
         return Err(Fail::operation_failed(dhdr, "Atomic Write length is not 8"));

@@ -61,10 +61,8 @@ fn atomic_response<H: Host>(
         dhdr,
         "Atomic Response of another length",
     )?;
-    let pkt = atomic::ResponsePacket::new_checked(payload)
+    let resp = atomic::AtomicResponseRepr::parse(&atomic::ResponsePacket::new_unchecked(payload))
         .map_err(|_| errors::malformed(dhdr, "short Atomic Response"))?;
-    let resp = atomic::AtomicResponseRepr::parse(&pkt)
-        .map_err(|_| errors::malformed(dhdr, "bad Atomic Response"))?;
     if resp.request_id != request_id {
         return Err(errors::unexpected(dhdr));
     }
