@@ -343,9 +343,7 @@ impl Lifecycle {
     /// going out keeps its wait.
     pub fn close(&mut self) {
         self.phase = Phase::Closed;
-        self.connect = Timer::Off;
-        self.retry = Timer::Off;
-        self.linger = Timer::Off;
+        self.disarm();
     }
 
     /// The QP is back in RESET: nothing of the connection is left.
@@ -411,10 +409,15 @@ impl Lifecycle {
 
     /// `f` fails the QP: its connection's deadlines end with it.
     fn end(&mut self, f: Fail) -> Vec<Action> {
+        self.disarm();
+        vec![Action::Fail(f)]
+    }
+
+    /// No connect deadline, retry or linger any more.
+    fn disarm(&mut self) {
         self.connect = Timer::Off;
         self.retry = Timer::Off;
         self.linger = Timer::Off;
-        vec![Action::Fail(f)]
     }
 }
 
