@@ -224,19 +224,13 @@ fn connect(qp: &Qp, attr: &ibv_qp_attr) -> Result<(), Error> {
     let sh = &qp.sh;
     // SAFETY: reading the raw bytes of the GID union.
     let gid = unsafe { attr.ah_attr.grh.dgid.raw };
-    let peer = match sh.dev.peer_addr(&gid) {
-        Ok(a) => a,
-        Err(e) => {
-            log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, e));
-            qp.state.store(IBV_QPS_INIT, Ordering::Release);
-            return Err(e);
-        }
-    };
-    let r = qp.lock_cm().start(qp, peer, attr.dest_qp_num);
-    if let Err(why) = r {
-        log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, why));
+    let r = sh
+        .dev
+        .peer_addr(&gid)
+        .and_then(|peer| qp.lock_cm().start(qp, peer, attr.dest_qp_num));
+    if let Err(e) = &r {
+        log::warn(&sh.log, format_args!("qp {}: {}", qp.qpn, e));
         qp.state.store(IBV_QPS_INIT, Ordering::Release);
-        return Err(why);
     }
-    Ok(())
+    r
 }
