@@ -439,6 +439,15 @@ mod tests {
         Instant::now()
     }
 
+    /// A QP connecting, its deadline running since the instant returned.
+    fn connecting_since() -> (Lifecycle, Instant) {
+        let mut l = life();
+        l.connecting();
+        let now = t0();
+        l.handle_timeout(now);
+        (l, now)
+    }
+
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
     }
@@ -486,10 +495,7 @@ mod tests {
 
     #[test]
     fn an_initiator_established_has_no_deadline_left() {
-        let mut l = life();
-        l.connecting();
-        let now = t0();
-        l.handle_timeout(now);
+        let (mut l, now) = connecting_since();
         l.established(true);
         assert_eq!(l.poll_timeout(), None);
         assert!(l.handle_timeout(now + ms(10_000)).is_empty());
@@ -507,10 +513,7 @@ mod tests {
 
     #[test]
     fn a_refused_connect_is_retried_within_the_deadline() {
-        let mut l = life();
-        l.connecting();
-        let now = t0();
-        l.handle_timeout(now);
+        let (mut l, now) = connecting_since();
         l.refused();
         let at = now + ms(100);
         assert!(l.handle_timeout(at).is_empty(), "the retry starts now");
@@ -532,10 +535,7 @@ mod tests {
 
     #[test]
     fn a_responder_keeps_its_deadline_unchecked_and_resumes_it_when_withdrawn() {
-        let mut l = life();
-        l.connecting();
-        let now = t0();
-        l.handle_timeout(now);
+        let (mut l, now) = connecting_since();
         l.established(false);
         assert_eq!(l.poll_timeout(), None, "unchecked while the stream is up");
         assert!(l.handle_timeout(now + ms(600)).is_empty());
