@@ -65,7 +65,7 @@ echo "== bringing up xiw0 on lo (tree $root)" >&2
 "$xiw" exec --root "$root" -- ibv_devinfo -d xiw0
 
 # A free TCP port for perftest's out-of-band exchange, below the ephemeral range.
-port_in_use() { ss -Htln "sport = :$1" | grep -q .; }
+port_in_use() { ss -Htln "sport = :$1" | grep . >/dev/null; }
 port=$((10000 + RANDOM % 20000))
 while port_in_use "$port"; do port=$((10000 + RANDOM % 20000)); done
 

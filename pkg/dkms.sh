@@ -38,7 +38,7 @@ fi
 
 add() {
     # A fresh copy each time: an earlier one of the same version may be stale.
-    if dkms status -m xiw -v "$version" | grep -q .; then
+    if dkms status -m xiw -v "$version" | grep . >/dev/null; then
         dkms remove -m xiw -v "$version" --all >&2
     fi
     rm -rf "$src"
@@ -62,7 +62,7 @@ build)
     echo "/var/lib/dkms/xiw/$version/$2/$(uname -m)/module/xiw.ko"
     ;;
 remove)
-    if dkms status -m xiw -v "$version" | grep -q .; then
+    if dkms status -m xiw -v "$version" | grep . >/dev/null; then
         dkms remove -m xiw -v "$version" --all >&2
     fi
     rm -rf "$src"

@@ -110,11 +110,11 @@ apt_get install $(cd "$root" && for p in "${pkgs[@]}"; do compgen -G "tmp/old/${
     fail "installing $old_v failed"
 }
 for p in "${pkgs[@]}"; do
-    installed "$p" | grep -qx "$p $old_v install ok installed" || fail "$p $old_v is not installed: $(installed "$p")"
+    installed "$p" | grep -x "$p $old_v install ok installed" >/dev/null || fail "$p $old_v is not installed: $(installed "$p")"
 done
-in_root xiw --version | grep -q . || fail "xiw --version printed nothing"
+in_root xiw --version | grep . >/dev/null || fail "xiw --version printed nothing"
 in_root test -f "/usr/src/xiw-$old_v/dkms.conf" || fail "no /usr/src/xiw-$old_v/dkms.conf"
-in_root dkms status -m xiw | grep -q "$old_v" || fail "DKMS does not know xiw/$old_v: $(in_root dkms status -m xiw)"
+in_root dkms status -m xiw | grep "$old_v" >/dev/null || fail "DKMS does not know xiw/$old_v: $(in_root dkms status -m xiw)"
 check "installed $old_v: ${pkgs[*]} (apt added $(grep -c '^Setting up' "$work/old.log") packages), on libibverbs $(in_root dpkg-query -W -f='${Version}' libibverbs1) and dkms $(in_root dpkg-query -W -f='${Version}' dkms); DKMS has xiw/$old_v"
 
 # 2. The upgrade.
@@ -125,7 +125,7 @@ apt_get install $(cd "$root" && for p in "${pkgs[@]}"; do compgen -G "tmp/new/${
     fail "upgrading to $new_v failed"
 }
 for p in "${pkgs[@]}"; do
-    installed "$p" | grep -qx "$p $new_v install ok installed" || fail "$p is not at $new_v after the upgrade: $(installed "$p")"
+    installed "$p" | grep -x "$p $new_v install ok installed" >/dev/null || fail "$p is not at $new_v after the upgrade: $(installed "$p")"
 done
 dkms_now=$(in_root dkms status -m xiw)
 grep -q "$new_v" <<<"$dkms_now" || fail "DKMS does not know xiw/$new_v after the upgrade: $dkms_now"

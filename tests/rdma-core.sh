@@ -78,8 +78,13 @@ if [[ $suite == --built ]]; then
     }
     # The tools must take the library built, not Debian's.
     for b in ib_write_lat ibv_rc_pingpong xiw-verbs-check; do
-        if ! in_root ldd "$(in_root which "$b")" | grep -q "libibverbs.so.1 => $build/build/lib/"; then
-            echo "FAIL: $b does not load $build/build/lib/libibverbs.so.1" >&2
+        # ldd's whole output first: a grep that stops at its first match
+        # would leave ldd writing into a closed pipe, and pipefail would
+        # take that SIGPIPE for a failure.
+        deps=$(in_root ldd "$(in_root which "$b")" 2>&1) || true
+        if ! grep -q "libibverbs.so.1 => $build/build/lib/" <<<"$deps"; then
+            echo "FAIL: $b does not load $build/build/lib/libibverbs.so.1; ldd says:" >&2
+            echo "$deps" >&2
             exit 1
         fi
     done

@@ -55,7 +55,7 @@ xiw_sort_versions() {
 # True if PKG has exactly version VER.
 xiw_has() {
     xiw_load "$1"
-    xiw_versions "$1" | grep -qxF -- "$2"
+    xiw_versions "$1" | grep -xF -- "$2" >/dev/null
 }
 
 # The version of PKG to take for revision VER: VER itself, or the newest
