@@ -77,10 +77,37 @@ struct xiw_stream_ev {
 	struct xiw_ucontext *uctx;	/* NULL: not marked */
 	u32 slot;
 	struct hrtimer timer;
+	/* Its QP's PD and whether it has CRC, for placement (xiw_place.c). */
+	struct ib_pd *pd;
+	bool crc;
 };
 
 struct xiw_pd {
 	struct ib_pd base;
+	/* Its regions pinned for placement, by STag (xiw_place.c). */
+	struct xarray mrs;
+};
+
+/*
+ * A region. The kernel's object stands for the provider's (`rdma
+ * resource`, the PD's use count); its keys are the provider's STag. With
+ * `pages` it is pinned for placement and in its PD's table: `users` counts
+ * the table's reference and each placement under way, `idle` completes
+ * when the last goes; freed after an RCU grace period (placement looks it
+ * up under RCU).
+ */
+struct xiw_mr {
+	struct ib_mr base;
+	u32 access;
+	struct page **pages;
+	unsigned long npages;
+	unsigned long first;	/* offset of the first byte in pages[0] */
+	u64 iova;		/* the TO of the first byte */
+	u64 len;
+	struct mm_struct *mm;	/* whose locked memory the pages count in */
+	refcount_t users;
+	struct completion idle;
+	struct rcu_head rcu;
 };
 
 struct xiw_cq {
@@ -107,6 +134,16 @@ struct xiw_qp {
 struct xiw_srq {
 	struct ib_srq base;
 };
+
+static inline struct xiw_pd *to_xpd(struct ib_pd *pd)
+{
+	return container_of(pd, struct xiw_pd, base);
+}
+
+static inline struct xiw_mr *to_xmr(struct ib_mr *mr)
+{
+	return container_of(mr, struct xiw_mr, base);
+}
 
 static inline struct xiw_qp *to_xqp(struct ib_qp *qp)
 {
@@ -139,6 +176,16 @@ extern const struct uapi_definition xiw_ring_uapi_defs[];
 void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits);
 void xiw_stream_ev_init(struct xiw_stream_ev *ev);
 void xiw_stream_ev_stop(struct xiw_stream_ev *ev);
+
+struct xiw_events_slot *xiw_stream_slot(struct xiw_stream_ev *ev);
+
+/* xiw_place.c */
+void xiw_pd_init(struct xiw_pd *pd);
+void xiw_pd_fini(struct xiw_pd *pd);
+int xiw_mr_pin(struct xiw_mr *mr, u64 start, u64 len, u64 iova);
+void xiw_mr_unplace(struct xiw_mr *mr);
+bool xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev);
+extern const struct uapi_definition xiw_place_uapi_defs[];
 
 /* xiw_cm.c */
 struct xiw_cep;

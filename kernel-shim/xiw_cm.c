@@ -183,7 +183,8 @@ static void xiw_sk_stream_data_ready(struct sock *sk)
 
 	read_lock_bh(&sk->sk_callback_lock);
 	cep = xiw_cep_of(sk);
-	if (cep) {
+	/* What the module placed needs nobody woken. */
+	if (cep && !xiw_place_stream(sk, &cep->ev)) {
 		orig = cep->orig_data_ready;
 		xiw_stream_mark(&cep->ev, XIW_EV_DATA);
 	}
@@ -223,6 +224,8 @@ static void xiw_cep_stream(struct xiw_cep *cep, struct xiw_ucontext *uctx,
 	write_lock_bh(&sk->sk_callback_lock);
 	if (sk->sk_user_data == cep) {
 		cep->ev.slot = slot;
+		cep->ev.pd = cep->qp->base.pd;
+		cep->ev.crc = cep->crc;
 		WRITE_ONCE(cep->ev.uctx, uctx);
 		cep->orig_write_space = sk->sk_write_space;
 		sk->sk_data_ready = xiw_sk_stream_data_ready;

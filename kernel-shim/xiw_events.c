@@ -258,6 +258,12 @@ const struct uapi_definition xiw_ring_uapi_defs[] = {
 	{},
 };
 
+/* The slot of a stream whose events are marked (ev->uctx set). */
+struct xiw_events_slot *xiw_stream_slot(struct xiw_stream_ev *ev)
+{
+	return xiw_events_slot(ev->uctx, ev->slot);
+}
+
 /* A slot for a new QP, clean; -1 if the context has no events page. */
 int xiw_events_slot_get(struct xiw_ucontext *uctx)
 {
@@ -272,6 +278,10 @@ int xiw_events_slot_get(struct xiw_ucontext *uctx)
 	s = xiw_events_slot(uctx, slot);
 	WRITE_ONCE(s->events, 0);
 	WRITE_ONCE(s->hint, XIW_EV_HINT_PROGRESS);
+	WRITE_ONCE(s->place, XIW_PLACE_USER);
+	WRITE_ONCE(s->flags, 0);
+	WRITE_ONCE(s->write_len, 0);
+	WRITE_ONCE(s->after_write, 0);
 	return slot;
 }
 
@@ -350,6 +360,8 @@ void xiw_stream_ev_init(struct xiw_stream_ev *ev)
 {
 	ev->uctx = NULL;
 	ev->slot = 0;
+	ev->pd = NULL;
+	ev->crc = false;
 #ifdef XIW_HRTIMER_SETUP
 	hrtimer_setup(&ev->timer, xiw_stream_timer, CLOCK_MONOTONIC,
 		      HRTIMER_MODE_REL_SOFT);

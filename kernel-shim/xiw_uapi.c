@@ -161,6 +161,7 @@ ADD_UVERBS_METHODS(xiw_srq_methods, UVERBS_OBJECT_SRQ,
 const struct uapi_definition xiw_uapi_defs[] = {
 	UAPI_DEF_CHAIN(xiw_cm_uapi_defs),
 	UAPI_DEF_CHAIN(xiw_ring_uapi_defs),
+	UAPI_DEF_CHAIN(xiw_place_uapi_defs),
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_CQ, &xiw_cq_methods),
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_QP, &xiw_qp_methods),
 	UAPI_DEF_CHAIN_OBJ_TREE(UVERBS_OBJECT_SRQ, &xiw_srq_methods),

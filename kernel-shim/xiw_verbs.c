@@ -202,6 +202,7 @@ static int xiw_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 
 	if (!atomic_add_unless(&xdev->num_pd, 1, XIW_MAX_PD))
 		return -ENOMEM;
+	xiw_pd_init(to_xpd(pd));
 	return 0;
 }
 
@@ -209,6 +210,7 @@ static int xiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 {
 	struct xiw_device *xdev = to_xdev(pd->device);
 
+	xiw_pd_fini(to_xpd(pd));
 	atomic_dec(&xdev->num_pd);
 	return 0;
 }
@@ -441,8 +443,10 @@ static struct ib_mr *xiw_get_dma_mr(struct ib_pd *pd, int access)
 
 /*
  * A region the provider registered (and checks every access to): the
- * kernel's object only stands for it (`rdma resource`, its PD in use), so
- * nothing is pinned; its keys are the provider's STag.
+ * kernel's object stands for it (`rdma resource`, its PD in use); its keys
+ * are the provider's STag. Pinned for placement if the provider asks and
+ * the peer may write it (xiw_place.c); a region that cannot be pinned is
+ * registered all the same, and the provider places for it.
  */
 static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 				     u64 iova, int access,
@@ -450,7 +454,7 @@ static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 {
 	struct xiw_device *xdev = to_xdev(pd->device);
 	struct xiw_reg_mr_req req;
-	struct ib_mr *mr;
+	struct xiw_mr *mr;
 
 	if (!udata)
 		return ERR_PTR(-EOPNOTSUPP);
@@ -458,7 +462,7 @@ static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 		return ERR_PTR(-EINVAL);
 	if (ib_copy_from_udata(&req, udata, sizeof(req)))
 		return ERR_PTR(-EFAULT);
-	if (req.reserved)
+	if (req.flags & ~XIW_REG_MR_PLACE)
 		return ERR_PTR(-EINVAL);
 	if (!atomic_add_unless(&xdev->num_mr, 1, XIW_MAX_MR))
 		return ERR_PTR(-ENOMEM);
@@ -467,9 +471,13 @@ static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 		atomic_dec(&xdev->num_mr);
 		return ERR_PTR(-ENOMEM);
 	}
-	mr->lkey = req.stag;
-	mr->rkey = req.stag;
-	return mr;
+	mr->base.lkey = req.stag;
+	mr->base.rkey = req.stag;
+	mr->base.pd = pd;
+	mr->access = access;
+	if ((req.flags & XIW_REG_MR_PLACE) && (access & IB_ACCESS_REMOTE_WRITE))
+		xiw_mr_pin(mr, start, len, req.iova);
+	return &mr->base;
 }
 
 #ifdef XIW_REG_USER_MR_DMAH
@@ -488,8 +496,10 @@ static struct ib_mr *xiw_reg_user_mr_dmah(struct ib_pd *pd, u64 start, u64 len,
 static int xiw_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
 	struct xiw_device *xdev = to_xdev(ibmr->device);
+	struct xiw_mr *mr = to_xmr(ibmr);
 
-	kfree(ibmr);
+	xiw_mr_unplace(mr);
+	kfree_rcu(mr, rcu);
 	atomic_dec(&xdev->num_mr);
 	return 0;
 }

@@ -168,13 +168,23 @@ struct xiw_stream {
  * XIW_EV_HINT_APP (the application's own polling took its last events)
  * signals only if its events are still there after the module's
  * `event_delay_us`.
+ *
+ * A slot's `place` says who reads the stream: the provider
+ * (XIW_PLACE_USER) or, handed over by the provider at an FPDU boundary with
+ * nothing buffered, the module (XIW_PLACE_KERNEL), which places whole RDMA
+ * Writes that pass its checks from the socket and gives the stream back
+ * (XIW_PLACE_USER and a mark) at the first FPDU it leaves in the socket.
+ * `write_len` and `after_write` (valid with XIW_PLACE_F_AFTER_WRITE) are the
+ * Write accounting Immediate Data needs (RFC 7306): the stream's reader owns
+ * them.
  */
 #define XIW_EVENTS_MAGIC	0x78697745u	/* "xiwE" */
-#define XIW_EVENTS_VERSION	1u
+#define XIW_EVENTS_VERSION	2u
 #define XIW_EVENTS_SLOTS	XIW_MAX_QP
 #define XIW_EVENTS_SUMMARY_OFFSET	64u
 #define XIW_EVENTS_SLOTS_OFFSET	(XIW_EVENTS_SUMMARY_OFFSET + XIW_EVENTS_SLOTS / 8)
-#define XIW_EVENTS_BYTES	(XIW_EVENTS_SLOTS_OFFSET + XIW_EVENTS_SLOTS * 8)
+#define XIW_EVENTS_SLOT_BYTES	32u
+#define XIW_EVENTS_BYTES	(XIW_EVENTS_SLOTS_OFFSET + XIW_EVENTS_SLOTS * XIW_EVENTS_SLOT_BYTES)
 
 #define XIW_EV_DATA		(1u << 0)	/* bytes (or the end) to read */
 #define XIW_EV_WRITABLE		(1u << 1)	/* room to send again */
@@ -193,20 +203,46 @@ struct xiw_events_header {
 	__u32 reserved[10];
 };
 
+#define XIW_PLACE_USER		0u
+#define XIW_PLACE_KERNEL	1u
+#define XIW_PLACE_F_AFTER_WRITE	(1u << 0)
+
 struct xiw_events_slot {
 	__u32 events;
 	__u32 hint;
+	__u32 place;
+	__u32 flags;
+	__u64 write_len;	/* of the Write message whose last segment is due */
+	__u64 after_write;	/* of the Write message just before */
 };
 
 /*
  * The driver data of REG_MR: the STag the provider gave the region, which
- * the module takes as the kernel's MR's keys (the kernel's object is
- * bookkeeping: `rdma resource`, the PD's use count; the provider checks
- * every access itself).
+ * the module takes as the kernel's MR's keys, and flags. With
+ * XIW_REG_MR_PLACE (a region with remote write rights) the module pins the
+ * region's pages, within the caller's locked-memory limit, to place RDMA
+ * Writes into it from the socket; a region it cannot pin is registered all
+ * the same, and the provider places for it.
  */
+#define XIW_REG_MR_PLACE	(1u << 0)
+
 struct xiw_reg_mr_req {
 	__u32 stag;
-	__u32 reserved;
+	__u32 flags;
+	__u64 iova;	/* what peers name the region's first byte (its TO) */
+};
+
+/*
+ * MR_INVALIDATE, on an MR of the caller's: the region's STag was
+ * invalidated; the module places nothing more into it, and returns once a
+ * placement under way is over.
+ */
+enum xiw_uverbs_mr_methods {
+	XIW_METHOD_MR_INVALIDATE = XIW_UVERBS_DRIVER_NS,
+};
+
+enum xiw_uverbs_mr_invalidate_attrs {
+	XIW_ATTR_MR_INVALIDATE_HANDLE = XIW_UVERBS_DRIVER_NS,
 };
 
 /* GET_CONTEXT's driver response: where the events page is. */
@@ -333,9 +369,9 @@ _Static_assert(sizeof(struct xiw_sge) == 16, "SGE size");
 _Static_assert(sizeof(struct xiw_cqe) == 32, "CQE size");
 _Static_assert(sizeof(struct xiw_stream) == 24, "stream size");
 _Static_assert(sizeof(struct xiw_events_header) == XIW_EVENTS_SUMMARY_OFFSET, "events header size");
-_Static_assert(sizeof(struct xiw_events_slot) == 8, "events slot size");
+_Static_assert(sizeof(struct xiw_events_slot) == XIW_EVENTS_SLOT_BYTES, "events slot size");
 _Static_assert(sizeof(struct xiw_alloc_ucontext_resp) == 16, "ucontext response size");
 _Static_assert(sizeof(struct xiw_create_qp_resp) == 8, "create_qp response size");
-_Static_assert(sizeof(struct xiw_reg_mr_req) == 8, "reg_mr request size");
+_Static_assert(sizeof(struct xiw_reg_mr_req) == 16, "reg_mr request size");
 
 #endif /* XIW_ABI_H */

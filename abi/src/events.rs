@@ -10,17 +10,28 @@
 //! if `armed`, clears that and signals the context's eventfd. The provider
 //! exchanges `events` with 0 to take them; it sets `hint` to say who took
 //! them last.
+//!
+//! A slot's `place` says who reads the stream: the provider
+//! ([`PLACE_USER`]), or, while the provider is at an FPDU boundary with
+//! nothing buffered, the module ([`PLACE_KERNEL`]), which then places whole
+//! RDMA Writes that pass its checks straight from the socket and hands the
+//! stream back (`PLACE_USER`, and a mark) at the first FPDU it does not
+//! place, which stays in the socket. The Write accounting the receive
+//! engine keeps for Immediate Data (RFC 7306) travels with the stream in
+//! `write_len` and `after_write` (valid when `flags` has
+//! [`PLACE_F_AFTER_WRITE`]): whoever reads the stream owns them.
 
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::limits::MAX_QP;
 
 pub const EVENTS_MAGIC: u32 = 0x7869_7745; // "xiwE"
-pub const EVENTS_VERSION: u32 = 1;
+pub const EVENTS_VERSION: u32 = 2;
 pub const SLOTS: u32 = MAX_QP;
 pub const SUMMARY_OFFSET: usize = 64;
 pub const SLOTS_OFFSET: usize = SUMMARY_OFFSET + SLOTS as usize / 8;
-pub const EVENTS_BYTES: usize = SLOTS_OFFSET + SLOTS as usize * 8;
+pub const SLOT_BYTES: usize = 32;
+pub const EVENTS_BYTES: usize = SLOTS_OFFSET + SLOTS as usize * SLOT_BYTES;
 
 /// Bytes (or the stream's end) to read.
 pub const EV_DATA: u32 = 1 << 0;
@@ -52,10 +63,23 @@ pub struct EventsHeader {
     pub reserved: [u32; 10],
 }
 
+/// The provider reads the stream (`EventsSlot::place`).
+pub const PLACE_USER: u32 = 0;
+/// The module may place whole RDMA Writes from the head of the stream.
+pub const PLACE_KERNEL: u32 = 1;
+/// `EventsSlot::flags`: `after_write` holds the length of the RDMA Write
+/// message just before the next one (none: the last message was another).
+pub const PLACE_F_AFTER_WRITE: u32 = 1 << 0;
+
 #[repr(C)]
 pub struct EventsSlot {
     pub events: AtomicU32,
     pub hint: AtomicU32,
+    pub place: AtomicU32,
+    pub flags: AtomicU32,
+    /// Bytes of the RDMA Write message whose last segment has not come.
+    pub write_len: AtomicU64,
+    pub after_write: AtomicU64,
 }
 
 /// A summary word: bit `k` of word `w` is slot `64 * w + k`.
@@ -64,6 +88,6 @@ pub type SummaryWord = AtomicU64;
 const _: () = {
     use core::mem::size_of;
     assert!(size_of::<EventsHeader>() == SUMMARY_OFFSET);
-    assert!(size_of::<EventsSlot>() == 8);
+    assert!(size_of::<EventsSlot>() == SLOT_BYTES);
     assert!(SLOTS.is_multiple_of(64));
 };

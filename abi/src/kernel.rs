@@ -347,8 +347,23 @@ pub struct RegMr {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RegMrReq {
     pub stag: u32,
-    pub reserved: u32,
+    /// `REG_MR_*`.
+    pub flags: u32,
+    /// The address peers name the region's first byte by (its TO base;
+    /// the kernel's own object takes the virtual address).
+    pub iova: u64,
 }
+
+/// [`RegMrReq::flags`]: pin the region so that the module places RDMA
+/// Writes into it from the socket (a region it cannot pin is registered
+/// all the same).
+pub const REG_MR_PLACE: u32 = 1 << 0;
+/// `UVERBS_OBJECT_MR`.
+pub const OBJECT_MR: u16 = 7;
+/// The module's method on an MR: its STag was invalidated; returns once
+/// the module places nothing more into it.
+pub const METHOD_MR_INVALIDATE: u16 = DRIVER_NS;
+pub const ATTR_MR_INVALIDATE_HANDLE: u16 = DRIVER_NS;
 
 /// `struct ib_uverbs_reg_mr_resp`.
 #[repr(C)]
@@ -393,7 +408,7 @@ const _: () = {
     assert!(size_of::<AllocUcontextReq>() == 8);
     assert!(size_of::<AllocUcontextResp>() == 16);
     assert!(size_of::<CreateQpDrvResp>() == 8);
-    assert!(size_of::<RegMr>() == 48);
+    assert!(size_of::<RegMr>() == 56);
     assert!(size_of::<RegMrResp>() == 12);
     assert!(size_of::<CreateQpResp>() == 32);
     assert!(size_of::<CreateSrq>() == 32);

@@ -63,6 +63,10 @@ fn c_header_matches_rust_layout() {
         "struct xiw_events_header", "pending", offset_of!(events::EventsHeader, pending);
         "struct xiw_events_slot", "events", offset_of!(events::EventsSlot, events);
         "struct xiw_events_slot", "hint", offset_of!(events::EventsSlot, hint);
+        "struct xiw_events_slot", "place", offset_of!(events::EventsSlot, place);
+        "struct xiw_events_slot", "flags", offset_of!(events::EventsSlot, flags);
+        "struct xiw_events_slot", "write_len", offset_of!(events::EventsSlot, write_len);
+        "struct xiw_events_slot", "after_write", offset_of!(events::EventsSlot, after_write);
         "struct xiw_alloc_ucontext_resp", "events_offset", offset_of!(kernel::AllocUcontextResp, events_offset);
         "struct xiw_alloc_ucontext_resp", "events_len", offset_of!(kernel::AllocUcontextResp, events_len);
         "struct xiw_create_qp_resp", "events_slot", offset_of!(kernel::CreateQpDrvResp, events_slot);
@@ -111,6 +115,22 @@ fn c_header_matches_rust_layout() {
         ("XIW_EVENTS_SUMMARY_OFFSET", events::SUMMARY_OFFSET as u64),
         ("XIW_EVENTS_SLOTS_OFFSET", events::SLOTS_OFFSET as u64),
         ("XIW_EVENTS_BYTES", events::EVENTS_BYTES as u64),
+        ("XIW_EVENTS_SLOT_BYTES", events::SLOT_BYTES as u64),
+        ("XIW_PLACE_USER", events::PLACE_USER as u64),
+        ("XIW_PLACE_KERNEL", events::PLACE_KERNEL as u64),
+        (
+            "XIW_PLACE_F_AFTER_WRITE",
+            events::PLACE_F_AFTER_WRITE as u64,
+        ),
+        ("XIW_REG_MR_PLACE", kernel::REG_MR_PLACE as u64),
+        (
+            "XIW_METHOD_MR_INVALIDATE",
+            kernel::METHOD_MR_INVALIDATE as u64,
+        ),
+        (
+            "XIW_ATTR_MR_INVALIDATE_HANDLE",
+            kernel::ATTR_MR_INVALIDATE_HANDLE as u64,
+        ),
         ("XIW_EV_DATA", events::EV_DATA as u64),
         ("XIW_EV_WRITABLE", events::EV_WRITABLE as u64),
         ("XIW_EV_CLOSED", events::EV_CLOSED as u64),

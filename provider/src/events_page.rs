@@ -8,6 +8,7 @@ use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use xiw_abi::events::*;
+use xiw_engine::recv::WriteTally;
 
 use crate::sys;
 
@@ -57,7 +58,9 @@ impl StreamEvents {
             return None;
         }
         // SAFETY: slot < SLOTS, so the entry lies inside the mapping.
-        Some(unsafe { &*(self.base.add(SLOTS_OFFSET + slot as usize * 8) as *const EventsSlot) })
+        Some(unsafe {
+            &*(self.base.add(SLOTS_OFFSET + slot as usize * SLOT_BYTES) as *const EventsSlot)
+        })
     }
 
     /// Takes the events marked in `slot` (0: nothing happened).
@@ -80,6 +83,50 @@ impl StreamEvents {
             if s.hint.load(Ordering::Relaxed) != hint {
                 s.hint.store(hint, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Lends the stream of `slot` to the module, which may place whole RDMA
+    /// Writes from its head, with the engine's Write tally (the caller
+    /// holds no byte of it and is between two FPDUs).
+    pub fn lend(&self, slot: u32, t: WriteTally) {
+        let Some(s) = self.slot(slot) else { return };
+        s.write_len.store(t.write_len, Ordering::Relaxed);
+        s.after_write
+            .store(t.after_write.unwrap_or(0), Ordering::Relaxed);
+        let flags = if t.after_write.is_some() {
+            PLACE_F_AFTER_WRITE
+        } else {
+            0
+        };
+        s.flags.store(flags, Ordering::Relaxed);
+        // The tally before the stream (the module: the reverse).
+        s.place.store(PLACE_KERNEL, Ordering::Release);
+    }
+
+    /// Takes the stream of `slot` back from the module: it places nothing
+    /// from the next batch of bytes on (one under way ends before the
+    /// socket lets the caller read).
+    pub fn recall(&self, slot: u32) {
+        if let Some(s) = self.slot(slot) {
+            if s.place.load(Ordering::Relaxed) != PLACE_USER {
+                s.place.store(PLACE_USER, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// The Write tally as the module left it: read after a read of the
+    /// socket (which waits for a batch the module was placing) that
+    /// followed [`StreamEvents::recall`].
+    pub fn tally(&self, slot: u32) -> WriteTally {
+        let Some(s) = self.slot(slot) else {
+            return WriteTally::default();
+        };
+        fence(Ordering::Acquire);
+        let after = s.flags.load(Ordering::Relaxed) & PLACE_F_AFTER_WRITE != 0;
+        WriteTally {
+            write_len: s.write_len.load(Ordering::Relaxed),
+            after_write: after.then(|| s.after_write.load(Ordering::Relaxed)),
         }
     }
 

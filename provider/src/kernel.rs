@@ -158,17 +158,18 @@ impl Kernel {
         Ok(resp.srq_handle)
     }
 
-    /// The kernel's object for a region of PD `pd` whose STag is `stag`
-    /// (its keys there): `[start, start + len)` with the rights the kernel
-    /// knows of `access`; its handle. The kernel pins nothing: the provider
-    /// keeps checking every access itself.
+    /// The kernel's object for a region of PD `pd`, `[start, start + len)`
+    /// with the rights the kernel knows of `access`; its handle. `req`
+    /// names its STag (the object's keys), its TO base and whether the
+    /// module pins it to place RDMA Writes into it from the socket
+    /// ([`REG_MR_PLACE`]); every other access the provider checks itself.
     pub fn reg_mr(
         &self,
         pd: u32,
         start: u64,
         len: u64,
         access: u32,
-        stag: u32,
+        req: RegMrReq,
     ) -> Result<u32, Error> {
         use xiw_abi::verbs::*;
         let known = IBV_ACCESS_LOCAL_WRITE
@@ -186,7 +187,7 @@ impl Kernel {
             hca_va: start,
             pd_handle: pd,
             access_flags: access & known,
-            req: RegMrReq { stag, reserved: 0 },
+            req,
         };
         self.write(CMD_REG_MR, "REG_MR", &cmd, size_of_val(&resp))?;
         Ok(resp.mr_handle)
@@ -279,6 +280,18 @@ impl Kernel {
             METHOD_CQ_NOTIFY,
             "CQ_NOTIFY",
             &[mandatory(ATTR_CQ_NOTIFY_HANDLE, 0, handle.into())],
+        )
+    }
+
+    /// The STag of the region whose kernel object is `handle` was
+    /// invalidated: the module places nothing more into it (it returns once
+    /// a placement under way is over).
+    pub fn mr_invalidate(&self, handle: u32) -> Result<(), Error> {
+        self.method(
+            OBJECT_MR,
+            METHOD_MR_INVALIDATE,
+            "MR_INVALIDATE",
+            &[mandatory(ATTR_MR_INVALIDATE_HANDLE, 0, handle.into())],
         )
     }
 

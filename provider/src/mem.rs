@@ -43,6 +43,9 @@ pub struct Mr {
     pub pd: u32,
     pub key: u8,
     valid: AtomicBool,
+    /// Kernel mode: the handle of the kernel's object of a region the
+    /// module may place RDMA Writes into (`1 << 32 | handle`; 0: none).
+    kplace: AtomicU64,
     /// The medium behind a flushable or verifiable MR, and its Verify hash.
     pub ext: Option<Box<MrExt>>,
     /// A memory window: what it is bound to.
@@ -184,6 +187,7 @@ impl MrSpec {
             key,
             // A window grants nothing until it is bound.
             valid: AtomicBool::new(self.window.is_none()),
+            kplace: AtomicU64::new(0),
             ext: self.ext,
             window: self.window,
             windows: 0,
@@ -197,6 +201,9 @@ pub const NEED_NONE: u32 = 0;
 #[derive(Default)]
 pub struct MrTable {
     slots: RwLock<Slots>,
+    /// Kernel mode: the module, told when a region it places into is
+    /// invalidated.
+    kernel: Option<crate::kernel::Kernel>,
 }
 
 struct Slots {
@@ -325,6 +332,31 @@ impl MrTable {
         Ok(())
     }
 
+    /// Kernel mode: a table whose regions the module may place into.
+    pub fn with_kernel(kernel: Option<crate::kernel::Kernel>) -> MrTable {
+        MrTable {
+            kernel,
+            ..MrTable::default()
+        }
+    }
+
+    /// The TO base of a plain region (none of persistent media or a Verify
+    /// hash's, no window): one the module may place into.
+    pub fn plain_iova(&self, stag: u32) -> Option<u64> {
+        let s = self.slots.read();
+        let mr = lookup(&s, stag).ok()?;
+        (mr.ext.is_none() && mr.window.is_none()).then_some(mr.iova)
+    }
+
+    /// Kernel mode: the module may place RDMA Writes into the region of
+    /// `stag` (its kernel object `handle`), until it is invalidated.
+    pub fn set_kernel_place(&self, stag: u32, handle: u32) {
+        if let Ok(mr) = lookup(&self.slots.read(), stag) {
+            mr.kplace
+                .store(1 << 32 | u64::from(handle), Ordering::Release);
+        }
+    }
+
     /// Invalidates an STag for a Local Invalidate: a region, or a type 2
     /// window, which is unbound. RFC 5040 section 6.4.
     pub fn invalidate(&self, stag: u32, by: By) -> Result<(), AccessError> {
@@ -366,6 +398,13 @@ impl MrTable {
                     }
                 }
                 mr.valid.store(false, Ordering::Release);
+                // The module stops placing into it before the invalidation
+                // is done (a Local Invalidate completes, the Send with
+                // Invalidate's bytes after it are taken in).
+                let k = mr.kplace.swap(0, Ordering::AcqRel);
+                if let (Some(kernel), true) = (self.kernel, k != 0) {
+                    let _ = kernel.mr_invalidate(k as u32);
+                }
                 return Ok(());
             }
             mr.window

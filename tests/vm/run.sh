@@ -104,8 +104,19 @@ want() {
 }
 # More modules of the kernel a guest script names on `# modules:` lines.
 more=$(awk '/^# modules:/ { sub(/^# modules:/, ""); print }' "$script")
+# What xiw.ko itself needs (6.1's CRC32c library, with the implementation
+# its crypto lookup loads: modprobe follows that soft dependency, busybox's
+# insmod does not).
+own=$(/sbin/modinfo -F depends "$work/build/xiw.ko" | tr ',' ' ')
+case " $own " in
+*" libcrc32c "*)
+    if grep -q '/crc32c_generic\.ko' "$modroot/modules.dep"; then
+        own="crc32c_generic $own"
+    fi
+    ;;
+esac
 # shellcheck disable=SC2086 # a list of names
-for m in ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm dummy $more; do
+for m in ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm dummy $own $more; do
     path=$(awk -F: -v m="$m" '{ n = $1; sub(/.*\//, "", n); sub(/\.ko(\.xz)?$/, "", n) } n == m { print $1; exit }' "$modroot/modules.dep")
     [[ -n $path ]] || { echo "run.sh: no module $m in $kver" >&2; exit 1; }
     want "$path"

@@ -111,6 +111,10 @@ pub struct Config {
     /// it (XIW_COMPLETION=placed; see `Sender::set_confirm`), not once the
     /// stream takes it (`sent`, the default, as RFC 5040 section 5 allows).
     pub confirm: bool,
+    /// Kernel mode: the module places incoming RDMA Writes straight from
+    /// the socket of a connection it set up (XIW_KERNEL_PLACE=0: the
+    /// provider places everything itself).
+    pub kernel_place: bool,
 }
 
 impl Config {
@@ -133,6 +137,7 @@ impl Config {
             rt_prio: num("XIW_PROGRESS_RT", 0).min(99) as i32,
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
+            kernel_place: num("XIW_KERNEL_PLACE", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             confirm: std::env::var("XIW_COMPLETION").is_ok_and(|v| v.trim() == "placed"),
         }
@@ -182,7 +187,7 @@ impl Shared {
             kernel,
             kernel_events: KernelEvents::default(),
             cfg,
-            mrs: MrTable::default(),
+            mrs: MrTable::with_kernel(kernel),
             qps: Registry::default(),
             reactor,
             async_events: AsyncEvents::new(queue, kernel),

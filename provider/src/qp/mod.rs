@@ -233,6 +233,10 @@ impl Qp {
             );
             return;
         };
+        // Kernel mode: the module places nothing more from the stream.
+        if let Some((ev, slot)) = self.stream_events() {
+            ev.recall(slot);
+        }
         // The first error found names the status of the oldest request, even when
         // another thread moves the QP to the error state first.
         if let Some(s) = sq_status {
@@ -527,9 +531,12 @@ impl cm::Link for Qp {
     }
 
     fn attach_stream(&self, fd: RawFd, recv: recv::Params, send: send::Params) {
+        // Kernel mode: the module places RDMA Writes from a stream whose
+        // events it marks, while the receive side lends it the stream.
+        let lendable = self.sh.cfg.kernel_place && self.stream_events().is_some();
         let mut rx = self.lock_rx();
         let mut tx = self.lock_tx();
-        rx.establish(fd, recv);
+        rx.establish(fd, recv, lendable);
         tx.fd = Some(fd);
         tx.engine.establish(send);
         tx.engine.set_confirm(self.sh.cfg.confirm);

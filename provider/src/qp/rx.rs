@@ -27,6 +27,11 @@ pub struct Rx {
     buf: Vec<u8>,
     /// Bytes came in since the last trim pass.
     active: bool,
+    /// Kernel mode: the module places RDMA Writes from a stream it marks
+    /// the events of, while the provider lends it the stream between passes.
+    lendable: bool,
+    /// Lent since the last read: the Write tally is the module's.
+    lent: bool,
 }
 
 impl Default for Rx {
@@ -36,6 +41,8 @@ impl Default for Rx {
             engine: Receiver::new(recv::Params::default()),
             buf: Vec::new(),
             active: false,
+            lendable: false,
+            lent: false,
         }
     }
 }
@@ -57,16 +64,26 @@ impl Rx {
 
     /// A stream is up: its receive side starts afresh (a receive taken by an
     /// earlier stream of this QP stays taken).
-    pub fn establish(&mut self, fd: i32, p: recv::Params) {
+    pub fn establish(&mut self, fd: i32, p: recv::Params, lendable: bool) {
         let cur = self.engine.take_current();
         *self = Rx {
             fd: Some(fd),
             engine: Receiver::new(p),
+            lendable,
             ..Default::default()
         };
         self.engine.use_crc32c(crate::crc::crc32c());
         if let Some(job) = cur {
             self.engine.resume(job);
+        }
+    }
+
+    /// Takes the stream back from the module (kernel mode), which places
+    /// nothing from the next batch of bytes on; the Write tally is taken at
+    /// the next read.
+    pub fn recall(&mut self, qp: &QpCore) {
+        if let (true, Some((ev, slot))) = (self.lent, qp.stream_events()) {
+            ev.recall(slot);
         }
     }
 
@@ -103,6 +120,10 @@ pub fn poll_readable(qp: &QpCore, rx: &Mutex<Rx>, tx: &TxCell) -> Result<(), Fai
 /// Reads and processes what the stream has. A read that fills less than it
 /// asked for ends the pass (the socket is empty), unless `to_end`: then only
 /// a read that finds nothing, the end or an error does.
+///
+/// Kernel mode: a pass takes the stream back from the module first, and
+/// lends it again at its end if nothing is left buffered, so that RDMA
+/// Writes that come meanwhile are placed without waking anyone.
 fn read_stream(
     qp: &QpCore,
     mut rx: MutexGuard<'_, Rx>,
@@ -110,6 +131,31 @@ fn read_stream(
     to_end: bool,
 ) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
+    let events = qp.stream_events().filter(|_| rx.lendable);
+    if let (Some((ev, slot)), true) = (events, rx.lent) {
+        ev.recall(slot);
+    }
+    let r = read_loop(qp, &mut rx, tx, to_end, fd, events);
+    if let (Some((ev, slot)), Ok(())) = (events, &r) {
+        if rx.fd.is_some() && rx.buf.is_empty() {
+            if let Some(t) = rx.engine.lend() {
+                ev.lend(slot, t);
+                rx.lent = true;
+            }
+        }
+    }
+    r
+}
+
+/// The loop of [`read_stream`].
+fn read_loop(
+    qp: &QpCore,
+    rx: &mut Rx,
+    tx: &TxCell,
+    to_end: bool,
+    fd: i32,
+    events: Option<(&crate::events_page::StreamEvents, u32)>,
+) -> Result<(), Fail> {
     loop {
         if let Some((span, allowed)) = rx.engine.direct() {
             // A large payload: read straight into the memory the engine
@@ -137,7 +183,7 @@ fn read_stream(
                 }
             };
             if n <= 0 {
-                match stream_end(qp, &mut rx, fd, n) {
+                match stream_end(qp, rx, fd, n) {
                     Some(r) => return r,
                     None => continue,
                 }
@@ -162,8 +208,17 @@ fn read_stream(
         // `fd` is the QP's stream, open while the QP lives.
         let n =
             unsafe { sys::recv_raw(fd, spare.as_mut_ptr() as *mut u8, room, libc::MSG_DONTWAIT) };
+        if rx.lent {
+            // The read waited for a batch the module was placing: its
+            // tally is final now (a stream lent has nothing buffered, so
+            // this is the pass's first read).
+            rx.lent = false;
+            if let Some((ev, slot)) = events {
+                rx.engine.take_back(ev.tally(slot));
+            }
+        }
         if n <= 0 {
-            match stream_end(qp, &mut rx, fd, n) {
+            match stream_end(qp, rx, fd, n) {
                 Some(r) => return r,
                 None => continue,
             }
@@ -172,7 +227,7 @@ fn read_stream(
         let len = rx.buf.len() + n as usize;
         // SAFETY: recv initialised the first `n` bytes of the spare capacity.
         unsafe { rx.buf.set_len(len) };
-        if let Err(f) = take_in(qp, &mut rx, tx) {
+        if let Err(f) = take_in(qp, rx, tx) {
             // The stream is dead from this byte on: no thread may place anything
             // after it (the engine has completed the receive it hit already,
             // before any flush can claim it).

@@ -180,7 +180,11 @@ fn apply_attrs(qp: &Qp, attr: &ibv_qp_attr, mask: u32) {
         }
     }
     if mask & IBV_QP_ACCESS_FLAGS != 0 {
-        qp.lock_rx().engine.set_access(attr.qp_access_flags);
+        let mut rx = qp.lock_rx();
+        rx.engine.set_access(attr.qp_access_flags);
+        // Lent to the module with the rights before: taken back (the next
+        // pass lends it again if the rights still allow).
+        rx.recall(&qp.core);
     }
 }
 

@@ -277,7 +277,27 @@ fn kernel_mr(
     if len == u64::MAX || addr.checked_add(len).is_none() {
         return Ok(None);
     }
-    k.reg_mr(pd, addr, len, access, stag).map(Some)
+    // The module places RDMA Writes into a plain region the peer may
+    // write (not one paged on demand, nor one on persistent media or with
+    // a Verify hash, whose writes the provider follows itself).
+    let plain = sh.mrs.plain_iova(stag);
+    let place = access & IBV_ACCESS_REMOTE_WRITE != 0
+        && access & IBV_ACCESS_ON_DEMAND == 0
+        && plain.is_some();
+    let req = xiw_abi::kernel::RegMrReq {
+        stag,
+        flags: if place {
+            xiw_abi::kernel::REG_MR_PLACE
+        } else {
+            0
+        },
+        iova: plain.unwrap_or(addr),
+    };
+    let h = k.reg_mr(pd, addr, len, access, req)?;
+    if place {
+        sh.mrs.set_kernel_place(stag, h);
+    }
+    Ok(Some(h))
 }
 
 /// The access flags a registration keeps, and the MR's flush/verify attributes.

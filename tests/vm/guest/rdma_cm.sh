@@ -40,6 +40,20 @@ check "stream events: an empty ibv_poll_cq makes no system call (ib_send_lat -R,
     "n=\$(recv_calls 18609 300); echo \"recvfrom calls: \$n\"; [ \"\${n:-0}\" -gt 0 ] && [ \"\$n\" -le 600 ] && perftest_ok 2 300"
 check "ib_write_lat -R 2 B" \
     "perftest_pair 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F' 'ib_write_lat -d xiw0 -R -p 18601 -s 2 -n 1000 -F 10.77.0.1' 18601 && perftest_ok 2 1000"
+# Placement without a wake-up: the module places RDMA Writes from the
+# socket while the provider lends it the stream (kernel-shim/xiw_place.c);
+# its count of FPDUs placed shows it did, and that XIW_KERNEL_PLACE=0 turns
+# it off (the provider placing them all, as before).
+placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
+check "ib_write_lat -R: the module places the Writes from the socket (at least 1000 of both sides' 2 x 1000)" \
+    "a=\$(placed); perftest_pair 'ib_write_lat -d xiw0 -R -p 18611 -s 2 -n 1000 -F' 'ib_write_lat -d xiw0 -R -p 18611 -s 2 -n 1000 -F 10.77.0.1' 18611 &&
+     perftest_ok 2 1000 && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
+check "ib_write_lat -R with XIW_KERNEL_PLACE=0: none placed by the module" \
+    "a=\$(placed); export XIW_KERNEL_PLACE=0; perftest_pair 'ib_write_lat -d xiw0 -R -p 18612 -s 2 -n 300 -F' 'ib_write_lat -d xiw0 -R -p 18612 -s 2 -n 300 -F 10.77.0.1' 18612; r=\$?; unset XIW_KERNEL_PLACE;
+     [ \$r -eq 0 ] && perftest_ok 2 300 && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
+check "rping -v -C 300: the module placed the server's RDMA Writes, data verified" \
+    "a=\$(placed); pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v' &&
+     grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -ge 300 ]"
 check "ib_read_lat -R 2 B" \
     "perftest_pair 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F' 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F 10.77.0.1' 18602 && perftest_ok 2 500"
 check "ib_send_bw -R 64 KiB" \

@@ -213,6 +213,31 @@ pub struct Receiver<R> {
     placing: Option<direct::Placing>,
 }
 
+/// The accounting of RDMA Writes that Immediate Data reads (RFC 7306
+/// section 6), as it stands between two FPDUs: what a driver that lets
+/// another place whole RDMA Writes from the stream (the kernel module)
+/// lends it, and takes back with the Writes it placed counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteTally {
+    /// Bytes of the Write message whose last segment has not come.
+    pub write_len: u64,
+    /// The message before the next one was a whole Write of that many bytes.
+    pub after_write: Option<u64>,
+}
+
+impl WriteTally {
+    /// One more segment of an RDMA Write, of `n` bytes, placed elsewhere:
+    /// the tally as [`Receiver`] keeps it for a Write it places (every
+    /// message forgets the Write before it; the last segment makes one).
+    pub fn written(&mut self, n: u64, last: bool) {
+        self.after_write = None;
+        self.write_len += n;
+        if last {
+            self.after_write = Some(std::mem::take(&mut self.write_len));
+        }
+    }
+}
+
 /// How a stream was set up, for its receive side.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Params {
@@ -256,6 +281,29 @@ impl<R> Receiver<R> {
     /// Still waiting for the peer's first FPDU.
     pub fn expects_rtr(&self) -> bool {
         self.rtr != mpa::Rtr::None
+    }
+
+    /// Whether another may place whole RDMA Writes from the head of the
+    /// stream now, and the tally it carries on: only between two FPDUs, the
+    /// ready-to-receive message come, no Immediate Data waiting for its
+    /// Send (a Write there is refused), and the QP open to remote Writes.
+    /// The driver must have no byte of the stream buffered.
+    pub fn lend(&self) -> Option<WriteTally> {
+        let idle = self.placing.is_none()
+            && self.rtr == mpa::Rtr::None
+            && self.pending_imm.is_none()
+            && self.access & crate::queue1::access::REMOTE_WRITE != 0;
+        idle.then_some(WriteTally {
+            write_len: self.write_len,
+            after_write: self.after_write,
+        })
+    }
+
+    /// The stream is back from whoever [`Receiver::lend`] lent it to, with
+    /// the Writes it placed counted in `t`.
+    pub fn take_back(&mut self, t: WriteTally) {
+        self.write_len = t.write_len;
+        self.after_write = t.after_write;
     }
 
     /// The QP's rights for remote requests changed (modify_qp in RTS).
@@ -640,6 +688,63 @@ mod tests {
             receiving: rx.cur.is_some(),
         };
         (end, took)
+    }
+
+    /// A tagged RDMA Write segment of `n` payload bytes at the start of BUF.
+    fn write_segment(n: usize, last: bool) -> Vec<u8> {
+        let mut u = vec![0u8; 14 + n];
+        u[0] = if last { 0xc1 } else { 0x81 };
+        u[1] = 0x40;
+        u[2..6].copy_from_slice(&BUF.to_be_bytes());
+        u[6..14].copy_from_slice(&BUF_IOVA.to_be_bytes());
+        u
+    }
+
+    #[test]
+    fn a_write_tally_counts_writes_as_the_receiver_does() {
+        let segments = [(3, false), (5, true), (0, true), (7, false), (2, false)];
+        let mut s = sim();
+        let mut rx = Receiver::<SimRecv>::new(Params {
+            access: u32::MAX,
+            ..Params::default()
+        });
+        let mut t = WriteTally::default();
+        for (n, last) in segments {
+            rx.decoded(&mut s, &write_segment(n, last)).expect("placed");
+            t.written(n as u64, last);
+            assert_eq!(rx.lend(), Some(t), "after {n} bytes, last {last}");
+        }
+        assert_eq!(t.write_len, 9);
+        assert_eq!(t.after_write, None);
+        // Taken back with Writes placed elsewhere counted, the receiver goes
+        // on from the tally it was given.
+        t.written(4, true);
+        rx.take_back(t);
+        assert_eq!(rx.lend().map(|t| t.after_write), Some(Some(13)));
+    }
+
+    #[test]
+    fn a_stream_is_lent_only_where_a_write_is_placed_as_anywhere() {
+        let open = Params {
+            access: u32::MAX,
+            ..Params::default()
+        };
+        assert!(Receiver::<SimRecv>::new(open).lend().is_some());
+        // The ready-to-receive message has yet to come.
+        let rtr = Params {
+            rtr: mpa::Rtr::ZeroLengthWrite,
+            ..open
+        };
+        assert!(Receiver::<SimRecv>::new(rtr).lend().is_none());
+        // The QP takes no remote Writes.
+        let closed = Params {
+            access: crate::queue1::access::REMOTE_READ,
+            ..open
+        };
+        assert!(Receiver::<SimRecv>::new(closed).lend().is_none());
+        let mut rx = Receiver::<SimRecv>::new(open);
+        rx.set_access(0);
+        assert!(rx.lend().is_none());
     }
 
     #[test]

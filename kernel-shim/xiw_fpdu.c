@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * xiw: the FPDUs the module may place itself, and the check of their
+ * target (see xiw_fpdu.h).
+ */
+
+#ifdef __KERNEL__
+#include <linux/errno.h>
+#else
+#include <errno.h>
+#endif
+
+#include "xiw_fpdu.h"
+
+/* ULPDU_Length (RFC 5044) and the tagged DDP header (RFC 5041). */
+#define FPDU_LEN_FIELD 2
+#define FPDU_CRC_FIELD 4
+#define DDP_TAGGED_LEN 14
+
+/* DDP control: T, L, 4 reserved bits, DV; RDMAP control: RV, 1 reserved bit,
+ * a 5-bit opcode (the commit draft's), RDMA Write being 0.
+ */
+#define DDP_T 0x80
+#define DDP_L 0x40
+#define DDP_V1 0x01
+#define RDMAP_WRITE_V1 0x40
+
+static u32 be_at(const u8 *p, int n)
+{
+	u32 v = 0;
+
+	while (n--)
+		v = v << 8 | *p++;
+	return v;
+}
+
+int xiw_fpdu_head(const u8 *hdr, u32 have, struct xiw_fpdu *f)
+{
+	u32 ulpdu;
+
+	if (have < FPDU_LEN_FIELD)
+		return XIW_FPDU_MORE;
+	ulpdu = be_at(hdr, 2);
+	f->total = (FPDU_LEN_FIELD + ulpdu + 3) / 4 * 4 + FPDU_CRC_FIELD;
+	if (ulpdu < DDP_TAGGED_LEN)
+		return XIW_FPDU_UP;
+	if (have < XIW_FPDU_HEAD)
+		return XIW_FPDU_MORE;
+	/* Every bit but L is fixed; anything else is judged in user space. */
+	if ((hdr[2] & ~(DDP_L | 2)) != (DDP_T | DDP_V1) || hdr[3] != RDMAP_WRITE_V1)
+		return XIW_FPDU_UP;
+	f->last = !!(hdr[2] & DDP_L);
+	f->stag = be_at(hdr + 4, 4);
+	f->to = (u64)be_at(hdr + 8, 4) << 32 | be_at(hdr + 12, 4);
+	f->data_len = ulpdu - DDP_TAGGED_LEN;
+	return XIW_FPDU_PLACE;
+}
+
+/*
+ * As the provider's check of a peer's access (and never more lenient):
+ * the whole STag, a valid region of the QP's PD, [to, to + len) inside it
+ * without wrapping (for len 0, to may be the end), and the right to write
+ * remotely granted by both the region and the QP.
+ */
+int xiw_fpdu_check(const struct xiw_fpdu *f, const struct xiw_fpdu_mr *mr,
+		   const void *qp_pd, u32 qp_access, u64 *off)
+{
+	u64 at;
+
+	if (!mr || !mr->valid || mr->stag != f->stag || mr->pd != qp_pd)
+		return -ENOENT;
+	if (!(mr->access & qp_access & XIW_FPDU_REMOTE_WRITE))
+		return -EACCES;
+	if (f->to < mr->iova || f->data_len > ~(u64)0 - f->to)
+		return -ERANGE;
+	at = f->to - mr->iova;
+	if (at > mr->len || f->data_len > mr->len - at)
+		return -ERANGE;
+	*off = at;
+	return 0;
+}
+
+/* CRC32c, reflected, four bits at a time. */
+static const u32 crc32c_nibble[16] = {
+	0x00000000, 0x105ec76f, 0x20bd8ede, 0x30e349b1,
+	0x417b1dbc, 0x5125dad3, 0x61c69362, 0x7198540d,
+	0x82f63b78, 0x92a8fc17, 0xa24bb5a6, 0xb21572c9,
+	0xc38d26c4, 0xd3d3e1ab, 0xe330a81a, 0xf36e6f75,
+};
+
+u32 xiw_fpdu_crc(u32 crc, const void *p, size_t n)
+{
+	const u8 *b = p;
+
+	crc = ~crc;
+	while (n--) {
+		crc ^= *b++;
+		crc = crc >> 4 ^ crc32c_nibble[crc & 15];
+		crc = crc >> 4 ^ crc32c_nibble[crc & 15];
+	}
+	return ~crc;
+}
+
+bool xiw_fpdu_trailer_ok(u32 crc, const u8 *trailer)
+{
+	return crc == (trailer[0] | trailer[1] << 8 | trailer[2] << 16 |
+		       (u32)trailer[3] << 24);
+}
+
+bool xiw_fpdu_crc_ok(const u8 *fpdu, u32 total)
+{
+	if (total < FPDU_CRC_FIELD)
+		return false;
+	total -= FPDU_CRC_FIELD;
+	return xiw_fpdu_trailer_ok(xiw_fpdu_crc(0, fpdu, total), fpdu + total);
+}
