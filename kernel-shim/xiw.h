@@ -4,8 +4,9 @@
  *
  * The module registers xiw devices with the RDMA core, so that discovery,
  * completion channels and the connection manager work for unmodified
- * programs. It has no data path of its own: the provider in user space runs
- * the protocol over the connected socket.
+ * programs. The provider in user space runs the protocol over the connected
+ * socket; the module's one part in the data path is placing RDMA Writes from
+ * the socket of a stream the provider lends it (xiw_place.c).
  */
 #ifndef XIW_H
 #define XIW_H
