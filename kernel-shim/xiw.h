@@ -179,6 +179,7 @@ void xiw_stream_ev_init(struct xiw_stream_ev *ev);
 void xiw_stream_ev_stop(struct xiw_stream_ev *ev);
 
 struct xiw_events_slot *xiw_stream_slot(struct xiw_stream_ev *ev);
+void xiw_stream_place_reset(struct xiw_stream_ev *ev);
 
 /* xiw_place.c */
 void xiw_pd_init(struct xiw_pd *pd);

@@ -227,6 +227,8 @@ static void xiw_cep_stream(struct xiw_cep *cep, struct xiw_ucontext *uctx,
 		cep->ev.pd = cep->qp->base.pd;
 		cep->ev.crc = cep->crc;
 		WRITE_ONCE(cep->ev.uctx, uctx);
+		/* A new stream is the provider's until it lends it. */
+		xiw_stream_place_reset(&cep->ev);
 		cep->orig_write_space = sk->sk_write_space;
 		sk->sk_data_ready = xiw_sk_stream_data_ready;
 		sk->sk_write_space = xiw_sk_stream_write_space;

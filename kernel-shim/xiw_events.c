@@ -264,6 +264,17 @@ struct xiw_events_slot *xiw_stream_slot(struct xiw_stream_ev *ev)
 	return xiw_events_slot(ev->uctx, ev->slot);
 }
 
+/* The stream's reader is the provider, its Write tally empty. */
+void xiw_stream_place_reset(struct xiw_stream_ev *ev)
+{
+	struct xiw_events_slot *s = xiw_stream_slot(ev);
+
+	WRITE_ONCE(s->place, XIW_PLACE_USER);
+	WRITE_ONCE(s->flags, 0);
+	WRITE_ONCE(s->write_len, 0);
+	WRITE_ONCE(s->after_write, 0);
+}
+
 /* A slot for a new QP, clean; -1 if the context has no events page. */
 int xiw_events_slot_get(struct xiw_ucontext *uctx)
 {
@@ -279,9 +290,6 @@ int xiw_events_slot_get(struct xiw_ucontext *uctx)
 	WRITE_ONCE(s->events, 0);
 	WRITE_ONCE(s->hint, XIW_EV_HINT_PROGRESS);
 	WRITE_ONCE(s->place, XIW_PLACE_USER);
-	WRITE_ONCE(s->flags, 0);
-	WRITE_ONCE(s->write_len, 0);
-	WRITE_ONCE(s->after_write, 0);
 	return slot;
 }
 
