@@ -17,8 +17,9 @@
 #define FPDU_CRC_FIELD 4
 #define DDP_TAGGED_LEN 14
 
-/* DDP control: T, L, 4 reserved bits, DV; RDMAP control: RV, 1 reserved bit,
- * a 5-bit opcode (the commit draft's), RDMA Write being 0.
+/*
+ * DDP control: T, L, 4 reserved bits, DV. RDMAP control: RV, a reserved bit
+ * and a 5-bit opcode (the commit draft's), RDMA Write being 0.
  */
 #define DDP_T 0x80
 #define DDP_L 0x40
@@ -47,7 +48,7 @@ int xiw_fpdu_head(const u8 *hdr, u32 have, struct xiw_fpdu *f)
 	if (have < XIW_FPDU_HEAD)
 		return XIW_FPDU_MORE;
 	/* Every bit but L is fixed; anything else is judged in user space. */
-	if ((hdr[2] & ~(DDP_L | 2)) != (DDP_T | DDP_V1) || hdr[3] != RDMAP_WRITE_V1)
+	if ((hdr[2] & ~DDP_L) != (DDP_T | DDP_V1) || hdr[3] != RDMAP_WRITE_V1)
 		return XIW_FPDU_UP;
 	f->last = !!(hdr[2] & DDP_L);
 	f->stag = be_at(hdr + 4, 4);

@@ -9,11 +9,11 @@
  * section 4.1): only such a Write is placed here; anything else is left, with
  * everything after it, for the protocol engine in user space.
  *
- * The parser keeps no state. Its caller places only on a stream in its
- * steady state, as the engine sees it: past the peer's ready-to-receive
- * message (RFC 6581), with no Immediate Data awaiting its Send, and it tells
- * the engine what it placed (an Immediate Data after a Write reports the
- * Write's length).
+ * The parser keeps no state, and some of the engine's decisions depend on
+ * its state: the caller places only on a stream the engine has in its steady
+ * state (past the peer's ready-to-receive message of RFC 6581, no Immediate
+ * Data waiting for its Send), and tells the engine of every Write it placed
+ * (the Immediate Data that may follow a Write reports the Write's length).
  *
  * Builds in the kernel and, without __KERNEL__, in user space (the fuzz
  * target that checks it against the engine).
