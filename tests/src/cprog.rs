@@ -31,7 +31,18 @@ pub fn mpi_program(name: &str) -> PathBuf {
     build("mpicc", name, &[])
 }
 
-/// `tests/c/NAME.c` built with `compiler`, linked with `libs`.
+/// `tests/c/NAME.c`, a test of kernel module code that also builds in user
+/// space, built once per test process with `kernel-shim/FILE.c` for each
+/// `FILE` of `module` (and that directory's headers), no libraries.
+pub fn module_program(name: &str, module: &[&str]) -> PathBuf {
+    let mut args = vec![format!("-I{REPO}/kernel-shim")];
+    args.extend(module.iter().map(|m| format!("{REPO}/kernel-shim/{m}.c")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    build("gcc", name, &args)
+}
+
+/// `tests/c/NAME.c` built with `compiler`, followed by `libs` (libraries,
+/// or more sources and flags).
 fn build(compiler: &str, name: &str, libs: &[&str]) -> PathBuf {
     let dir = build_dir();
     let dir = dir.as_path();
