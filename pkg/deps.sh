@@ -25,14 +25,15 @@ XIW_DEMO_PKGS=("${XIW_BUILD_PKGS[@]}" ibverbs-utils perftest iproute2)
 # bookworm-backports' 6.12 kernel), kmod (depmod), xz-utils, cpio and
 # busybox-static for the guest's initramfs, qemu to boot it, perl for
 # checkpatch.pl; the programs run in the guest: fio (its rdma engine),
-# libfabric's fi_pingpong, and Open MPI with its headers (to build the MPI
-# ping-pong of tests/c/); dkms, which pkg/dkms.sh builds the module with;
+# libfabric's fi_pingpong, Open MPI with its headers (to build the MPI
+# ping-pong of tests/c/) and qperf (tests/vm/bench.sh's rdma_cm latency and
+# bandwidth); dkms, which pkg/dkms.sh builds the module with;
 # nftables, which injects TCP resets and packet loss in the fault tests;
 # valgrind, which runs whole programs under memcheck (tests/tests/sanitizers.rs).
 # fonts-dejavu-core: the font xiw-bench lays out its pictures' text with.
 XIW_RUNTIME_PKGS=(rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest iproute2 procps man-db groff-base python3-pyverbs debootstrap mmdebstrap
     make libelf1 libssl3 zlib1g dwarves kmod xz-utils cpio busybox-static qemu-system-x86 perl
-    fio libfabric-bin openmpi-bin libopenmpi-dev dkms nftables valgrind curl cmake ninja-build cython3 python3-dev fonts-dejavu-core)
+    fio libfabric-bin openmpi-bin libopenmpi-dev qperf dkms nftables valgrind curl cmake ninja-build cython3 python3-dev fonts-dejavu-core)
 
 # Installs (apt-get) whichever of the packages named are not installed yet
 # (default: every package above); touches apt not at all when everything is

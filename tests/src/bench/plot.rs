@@ -18,7 +18,7 @@ use plotters::style::register_font;
 
 use super::sweep::{size_label, Kind, Series, Sweep};
 
-const FAMILY: &str = "DejaVu Sans, sans-serif";
+pub(crate) const FAMILY: &str = "DejaVu Sans, sans-serif";
 const SIZE: (u32, u32) = (1000, 640);
 
 /// Where DejaVu Sans is on Debian and Fedora.
@@ -30,7 +30,7 @@ const FONT_FILES: &[&str] = &[
 ];
 
 /// Registers the font once; the error says what to install.
-fn font() -> Result<(), String> {
+pub(crate) fn font() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         let wanted: Vec<PathBuf> = match std::env::var_os("XIW_BENCH_FONT") {
@@ -85,7 +85,7 @@ fn is_tcp(s: &Series) -> bool {
 }
 
 /// A number for a log axis: as few digits as it needs.
-fn tick(v: f64) -> String {
+pub(crate) fn tick(v: f64) -> String {
     if v >= 10.0 {
         format!("{v:.0}")
     } else if v >= 1.0 {
@@ -298,7 +298,7 @@ pub fn draw(sweep: &Sweep, kind: Kind, svg: &Path, png: Option<&Path>) -> Result
     Ok(())
 }
 
-fn write_png(path: &Path, rgb: &[u8], (w, h): (u32, u32)) -> Result<(), String> {
+pub(crate) fn write_png(path: &Path, rgb: &[u8], (w, h): (u32, u32)) -> Result<(), String> {
     let f = std::fs::File::create(path).map_err(|e| e.to_string())?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(f), w, h);
     enc.set_color(png::ColorType::Rgb);

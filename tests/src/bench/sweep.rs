@@ -17,16 +17,22 @@
 //!                 "unit": "us" | "MiB/s",
 //!                 "measure": "what the value is",
 //!                 "command": "how it was measured",
-//!                 "points": [ { "bytes": 2, "value": 3.71 }, ... ] }, ... ],
+//!                 "device": "xiw-standalone",  as the BENCH lines name it
+//!                 "test": "ib_write_lat",      (both absent in older files)
+//!                 "points": [ { "bytes": 2, "value": 3.71 }, ... ],
+//!                 "failed": [ 4096 ] },     sizes that gave no number
+//!               ... ],
 //!   "notes": [ "..." ] }
 //! ```
 //!
-//! A size a series could not measure has no point. MiB/s is 2^20 bytes per
-//! second: perftest's "MB/sec" (it divides by 0x100000) and the TCP stream's.
-//! Latency is in microseconds.
+//! A size a series could not measure has no point (and is in `failed` when
+//! the run said so). MiB/s is 2^20 bytes per second: perftest's "MB/sec" (it
+//! divides by 0x100000) and the TCP stream's; the guest converts qperf's
+//! decimal MB/sec to it. Latency is in microseconds.
 //!
 //! The guest's lines, one per value: `BENCH DEVICE TEST_SIZE VALUE` (as
-//! tests/vm/guest/bench.sh prints them, VALUE a number or `failed`), and
+//! tests/vm/guest/bench.sh prints them, VALUE a number, `failed`, or `n/a`
+//! for a test the device cannot run, which is left out), and
 //! `BENCH info KEY TEXT...` for the machine (`kernel`, `cpus`, `cpu`) and
 //! notes (`note`).
 
@@ -94,7 +100,15 @@ pub struct Series {
     pub unit: String,
     pub measure: String,
     pub command: String,
+    /// The device and the test as the BENCH lines name them.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub device: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub test: String,
     pub points: Vec<Point>,
+    /// Sizes whose run gave no number.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<u64>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
@@ -119,6 +133,7 @@ pub fn device_label(dev: &str) -> String {
 /// A test's legend text, kind, what its value is, and how it is run.
 pub fn test_info(test: &str) -> (String, Kind, String, String) {
     let lat_perftest = "perftest t_typical: median of the round trips / 2";
+    let lat_qperf = "qperf's mean: the run's time over the messages both ends received, each end waiting on a completion channel";
     match test {
         "ib_write_lat" => (
             "RDMA Write (ib_write_lat)".into(),
@@ -143,6 +158,30 @@ pub fn test_info(test: &str) -> (String, Kind, String, String) {
             Kind::Bandwidth,
             "perftest BW average [MB/sec], MB = 2^20 bytes".into(),
             "ib_write_bw -a".into(),
+        ),
+        "ib_write_bw_q4_bidir" => (
+            "RDMA Write, 4 QPs, both ways (ib_write_bw -q 4 -b)".into(),
+            Kind::Bandwidth,
+            "perftest BW average [MB/sec] of both directions over the 4 QPs, summed (perftest adds the two ends' reports), MB = 2^20 bytes".into(),
+            "ib_write_bw -q 4 -b".into(),
+        ),
+        "qperf_rc_lat" => (
+            "Send, blocking (qperf rc_lat)".into(),
+            Kind::Latency,
+            format!("one-way latency, {lat_qperf}"),
+            "qperf -cm1 rc_lat".into(),
+        ),
+        "qperf_rc_rdma_write_lat" => (
+            "RDMA Write with Immediate, blocking (qperf rc_rdma_write_lat)".into(),
+            Kind::Latency,
+            format!("one-way latency, {lat_qperf}"),
+            "qperf -cm1 rc_rdma_write_lat".into(),
+        ),
+        "qperf_rc_bw" => (
+            "Send stream (qperf rc_bw)".into(),
+            Kind::Bandwidth,
+            "qperf's receive bandwidth, its decimal MB/sec converted to 2^20 bytes per second".into(),
+            "qperf -cm1 rc_bw".into(),
         ),
         "lat-spin" => (
             "ping-pong, busy-poll".into(),
@@ -173,6 +212,38 @@ pub fn test_info(test: &str) -> (String, Kind, String, String) {
     }
 }
 
+/// A test's name in a few words (a group of bars): the program and what
+/// sets it apart, each a line; a long qperf test name in two, at the `_`
+/// nearest its middle.
+pub fn test_short(test: &str) -> Vec<String> {
+    let lines: &[&str] = match test {
+        "ib_write_bw_q4_bidir" => &["ib_write_bw", "-q 4 -b, sum"],
+        "lat-spin" => &["TCP ping-pong", "busy-poll"],
+        "lat-block" => &["TCP ping-pong", "blocking"],
+        "bw" => &["TCP stream"],
+        other => match other.strip_prefix("qperf_") {
+            Some(t) => {
+                let mut v = vec!["qperf".to_string()];
+                let mid = t.len() / 2;
+                let cut = t
+                    .match_indices('_')
+                    .map(|(i, _)| i)
+                    .min_by_key(|i| i.abs_diff(mid));
+                match cut {
+                    Some(i) if t.len() > 12 => {
+                        v.push(t[..i].to_string());
+                        v.push(t[i + 1..].to_string());
+                    }
+                    _ => v.push(t.to_string()),
+                }
+                return v;
+            }
+            None => return vec![other.into()],
+        },
+    };
+    lines.iter().map(|l| l.to_string()).collect()
+}
+
 /// A series of `test` on `dev` (both as the BENCH lines name them).
 pub fn series(dev: &str, test: &str, points: Vec<Point>) -> Series {
     let (label, kind, measure, command) = test_info(test);
@@ -182,7 +253,10 @@ pub fn series(dev: &str, test: &str, points: Vec<Point>) -> Series {
         unit: kind.unit().into(),
         measure,
         command,
+        device: dev.into(),
+        test: test.into(),
         points,
+        failed: Vec::new(),
     }
 }
 
@@ -209,12 +283,15 @@ impl Sweep {
 
     /// A sweep from the guest benchmark's `BENCH` lines (anything else in
     /// `text` is ignored). Series keep the order of their first line; the
-    /// points of a series are sorted by size.
+    /// points of a series are sorted by size. A test a device cannot run
+    /// (`n/a`) makes no series; any other value that is not a number is a
+    /// failed size of its series, and a note.
     pub fn from_bench_lines(text: &str, tool: &str, title: &str, machine: Machine) -> Sweep {
         let mut m = machine;
         let mut notes = Vec::new();
         let mut order: Vec<(String, String)> = Vec::new();
         let mut points: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
+        let mut failed: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
         for line in text.lines() {
             let t: Vec<&str> = line.split_whitespace().collect();
             match t.as_slice() {
@@ -236,14 +313,21 @@ impl Sweep {
                     let Ok(bytes) = size.parse::<u64>() else {
                         continue;
                     };
+                    if *value == "n/a" {
+                        continue;
+                    }
                     let key = (dev.to_string(), test.to_string());
                     if !order.contains(&key) {
                         order.push(key.clone());
                     }
-                    let e = points.entry(key).or_default();
                     match value.parse::<f64>() {
-                        Ok(value) if value.is_finite() => e.push(Point { bytes, value }),
-                        _ => notes.push(format!("{dev} {test} {bytes} B: {value}")),
+                        Ok(value) if value.is_finite() => {
+                            points.entry(key).or_default().push(Point { bytes, value })
+                        }
+                        _ => {
+                            failed.entry(key).or_default().push(bytes);
+                            notes.push(format!("{dev} {test} {bytes} B: {value}"));
+                        }
                     }
                 }
                 _ => {}
@@ -257,7 +341,13 @@ impl Sweep {
             .map(|k| {
                 let mut p = points.remove(&k).unwrap_or_default();
                 p.sort_by_key(|p| p.bytes);
-                series(&k.0, &k.1, p)
+                let mut f = failed.remove(&k).unwrap_or_default();
+                f.sort_unstable();
+                f.dedup();
+                Series {
+                    failed: f,
+                    ..series(&k.0, &k.1, p)
+                }
             })
             .collect();
         Sweep {
@@ -384,12 +474,108 @@ BENCH xiw-kernel ib_write_bw_1048576 310.75
             .collect();
         assert_eq!(p, [(2, 20.25), (4, 21.5)]);
         assert_eq!(s.series[1].points.len(), 1);
+        assert_eq!(s.series[1].failed, [4]);
+        assert_eq!(s.series[0].failed, [0u64; 0]);
+        assert_eq!(
+            (s.series[1].device.as_str(), s.series[1].test.as_str()),
+            ("siw", "ib_write_lat")
+        );
         assert_eq!(s.series[2].kind, Kind::Bandwidth);
         assert_eq!(s.series[2].unit, "MiB/s");
         assert_eq!(
             s.notes,
             ["ib_write_lat -a -n 100 -R", "siw ib_write_lat 4 B: failed"]
         );
+    }
+
+    #[test]
+    fn one_boot_lines() {
+        let text = "\
+BENCH tcp lat-block_2 60.1
+BENCH xiw-standalone qperf_rc_lat_2 n/a
+BENCH xiw-standalone ib_write_bw_q4_bidir_65536 98.5
+BENCH xiw-kernel qperf_rc_lat_2 88.25
+BENCH xiw-kernel qperf_rc_bw_65536 failed
+BENCH siw qperf_rc_rdma_write_lat_65536 failed
+BENCH siw qperf_rc_rdma_write_lat_2 failed
+";
+        let s = Sweep::from_bench_lines(text, "tests/vm/bench.sh", "one boot", Machine::default());
+        let got: Vec<(&str, &str, Kind, usize, &[u64])> = s
+            .series
+            .iter()
+            .map(|s| {
+                (
+                    s.device.as_str(),
+                    s.test.as_str(),
+                    s.kind,
+                    s.points.len(),
+                    s.failed.as_slice(),
+                )
+            })
+            .collect();
+        // n/a makes no series; a series of failures alone is kept.
+        assert_eq!(
+            got,
+            [
+                ("tcp", "lat-block", Kind::Latency, 1, &[][..]),
+                (
+                    "xiw-standalone",
+                    "ib_write_bw_q4_bidir",
+                    Kind::Bandwidth,
+                    1,
+                    &[][..]
+                ),
+                ("xiw-kernel", "qperf_rc_lat", Kind::Latency, 1, &[][..]),
+                (
+                    "xiw-kernel",
+                    "qperf_rc_bw",
+                    Kind::Bandwidth,
+                    0,
+                    &[65536][..]
+                ),
+                (
+                    "siw",
+                    "qperf_rc_rdma_write_lat",
+                    Kind::Latency,
+                    0,
+                    &[2, 65536][..]
+                ),
+            ]
+        );
+        assert_eq!(s.sizes, [2, 65536]);
+        assert_eq!(s.notes.len(), 3, "{:?}", s.notes);
+        // Series without points are left out of the line pictures.
+        assert_eq!(s.of_kind(Kind::Bandwidth).len(), 1);
+        let back = Sweep::from_json(&s.to_json()).expect("parses");
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn older_files_without_device_or_failures() {
+        let text = r#"{ "schema": "xiw-bench-sweep/1", "tool": "t", "title": "t",
+            "machine": { "cpus": 2, "cpu": "c", "kernel": "k", "date": "d", "xiw_version": "v" },
+            "sizes": [2],
+            "series": [ { "name": "TCP: stream", "kind": "bandwidth", "unit": "MiB/s",
+                          "measure": "m", "command": "c", "points": [ { "bytes": 2, "value": 1.5 } ] } ] }"#;
+        let s = Sweep::from_json(text).expect("parses");
+        assert_eq!(s.series[0].device, "");
+        assert!(s.series[0].failed.is_empty());
+        assert!(!s.to_json().contains("\"failed\""));
+    }
+
+    #[test]
+    fn short_test_names() {
+        assert_eq!(
+            test_short("qperf_rc_rdma_write_lat"),
+            ["qperf", "rc_rdma", "write_lat"]
+        );
+        assert_eq!(test_short("qperf_rc_lat"), ["qperf", "rc_lat"]);
+        assert_eq!(
+            test_short("ib_write_bw_q4_bidir"),
+            ["ib_write_bw", "-q 4 -b, sum"]
+        );
+        assert_eq!(test_short("ib_read_lat"), ["ib_read_lat"]);
+        assert_eq!(test_short("lat-spin"), ["TCP ping-pong", "busy-poll"]);
     }
 
     #[test]

@@ -26,7 +26,8 @@
 //! (tests/src/bench/sweep.rs has the schema) and draws latency and bandwidth
 //! against message size (SVG and PNG); `--plot` draws the same pictures from
 //! such a JSON file (the guest benchmark's too), and `--from-bench` turns the
-//! guest benchmark's BENCH lines into one.
+//! guest benchmark's BENCH lines into one; `--bars` draws the one-boot guest
+//! benchmark's file as grouped bars, a group per test, a bar per device.
 //!
 //! Needs root, the installed provider (pkg/install.sh) and perftest; it makes
 //! its own device tree (`--root`, default /run/xiw/bench) and removes it after,
@@ -34,6 +35,8 @@
 
 #[path = "../bench/atomic.rs"]
 mod atomic;
+#[path = "../bench/bars.rs"]
+mod bars;
 #[path = "../bench/durable.rs"]
 mod durable;
 #[path = "../bench/floor.rs"]
@@ -72,7 +75,8 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
        xiw-bench --sweep [--quick] [--out DIR] [--prefix NAME] [--spin-us N] [--no-crc]
                  [--root DIR]
        xiw-bench --plot JSON [--out DIR] [--prefix NAME]
-       xiw-bench --from-bench LINES --json FILE [--title TEXT]
+       xiw-bench --bars JSON [--out DIR] [--prefix NAME]
+       xiw-bench --from-bench LINES --json FILE [--title TEXT] [--tool TEXT]
 
   --quick       one round of a fifth of the iterations and 0.3 s per log
                 append case (~25 s instead of 4-5 min; noisier)
@@ -103,10 +107,16 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
   --plot JSON   only draw the pictures of a sweep's JSON file (into DIR,
                 default the file's folder; NAME default: the file's name less
                 -sweep.json, or host for sweep.json)
+  --bars JSON   only draw a JSON file of one value per test and device (the
+                one-boot guest benchmark's, tests/vm/bench.sh --out) as
+                grouped bars, DIR/NAME-latency.svg and DIR/NAME-bandwidth.svg
+                and a .png beside each (DIR default: the file's folder; NAME
+                default: the file's name less .json)
   --from-bench LINES
-                only turn the BENCH lines of tests/vm/guest/bench.sh's sweep
-                (in the file LINES, other lines ignored) into a sweep's JSON
-                file, --json FILE, titled TEXT
+                only turn the BENCH lines of tests/vm/guest/bench.sh (in the
+                file LINES, other lines ignored) into a sweep's JSON file,
+                --json FILE, titled TEXT, its tool TEXT (default
+                tests/vm/bench.sh --sweep)
 
 Other XIW_* variables in the environment reach the xiw processes unchanged.";
 
@@ -120,9 +130,11 @@ struct Opts {
     reactor: bool,
     sweep: bool,
     plot: Option<PathBuf>,
+    bars: Option<PathBuf>,
     from_bench: Option<PathBuf>,
     json: Option<PathBuf>,
     title: Option<String>,
+    tool: Option<String>,
     out: Option<PathBuf>,
     prefix: Option<String>,
     spin_us: Option<u64>,
@@ -141,9 +153,11 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         reactor: false,
         sweep: false,
         plot: None,
+        bars: None,
         from_bench: None,
         json: None,
         title: None,
+        tool: None,
         out: None,
         prefix: None,
         spin_us: None,
@@ -165,9 +179,11 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--reactor" => o.reactor = true,
             "--sweep" => o.sweep = true,
             "--plot" => o.plot = Some(PathBuf::from(val(a)?)),
+            "--bars" => o.bars = Some(PathBuf::from(val(a)?)),
             "--from-bench" => o.from_bench = Some(PathBuf::from(val(a)?)),
             "--json" => o.json = Some(PathBuf::from(val(a)?)),
             "--title" => o.title = Some(val(a)?),
+            "--tool" => o.tool = Some(val(a)?),
             "--out" => o.out = Some(PathBuf::from(val(a)?)),
             "--prefix" => o.prefix = Some(val(a)?),
             "--no-crc" => o.no_crc = true,
@@ -1524,6 +1540,46 @@ fn plot_cmd(o: &Opts) -> ExitCode {
     write_sweep(&s, None, &dir, &prefix)
 }
 
+/// `--bars JSON`: the grouped bars of a one-boot run's file.
+fn bars_cmd(o: &Opts) -> ExitCode {
+    let json = o.bars.as_deref().expect("--bars");
+    let s = match std::fs::read_to_string(json)
+        .map_err(|e| e.to_string())
+        .and_then(|t| sweep::Sweep::from_json(&t))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("xiw-bench: {}: {e}", json.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = o.out.clone().unwrap_or_else(|| {
+        json.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf())
+    });
+    let prefix = o.prefix.clone().unwrap_or_else(|| {
+        json.file_stem()
+            .map_or("bench".into(), |s| s.to_string_lossy().into_owned())
+    });
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("xiw-bench: {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    match bars::draw_all(&s, &dir, &prefix) {
+        Ok(files) => {
+            for f in files {
+                eprintln!("xiw-bench: drew {}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xiw-bench: {}: {e}", json.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `--from-bench LINES --json FILE`: the guest's BENCH lines as a sweep file.
 fn from_bench_cmd(o: &Opts) -> ExitCode {
     let lines = o.from_bench.as_deref().expect("--from-bench");
@@ -1544,7 +1600,8 @@ fn from_bench_cmd(o: &Opts) -> ExitCode {
         ..sweep::Machine::default()
     };
     let title = o.title.clone().unwrap_or_else(|| "sweep".into());
-    let s = sweep::Sweep::from_bench_lines(&text, "tests/vm/bench.sh --sweep", &title, machine);
+    let tool = o.tool.as_deref().unwrap_or("tests/vm/bench.sh --sweep");
+    let s = sweep::Sweep::from_bench_lines(&text, tool, &title, machine);
     if s.series.is_empty() {
         eprintln!("xiw-bench: {}: no BENCH lines with sizes", lines.display());
         return ExitCode::FAILURE;
@@ -1615,6 +1672,7 @@ fn main() -> ExitCode {
             Ok(o) if o.reactor => reactor_bench(),
             Ok(o) if o.sweep => sweep_bench(&o),
             Ok(o) if o.plot.is_some() => plot_cmd(&o),
+            Ok(o) if o.bars.is_some() => bars_cmd(&o),
             Ok(o) if o.from_bench.is_some() => from_bench_cmd(&o),
             Ok(o) => bench(o),
             Err(e) => {

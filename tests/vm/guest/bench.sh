@@ -2,9 +2,18 @@
 # same TCP path (both processes in the guest): xiw in kernel mode (its
 # default MPA CRC, and without), xiw in standalone mode (the RDMA modules
 # unloaded for it, as on a kernel without RDMA), Linux's siw, and rxe
-# (RoCE v2), with perftest's 2-byte latencies and 64 KiB and 1 MiB write
-# bandwidth, and the TCP floor (xiw-bench's ping-pong and stream, spinning
-# and blocking). Prints "BENCH DEVICE TEST VALUE" lines (µs or MB/s).
+# (RoCE v2), with perftest's 2-byte latencies, 64 KiB and 1 MiB write
+# bandwidth and 64 KiB write bandwidth over 4 QPs in both directions at
+# once; qperf over rdma_cm (-cm1: its latency tests wait on a completion
+# channel) on every device but standalone, which has no rdma_cm: rc_lat and
+# rc_rdma_write_lat 2 B, rc_rdma_write_lat 64 KiB and rc_bw 64 KiB; and the
+# TCP floor (xiw-bench's ping-pong and stream, spinning and blocking).
+# Prints "BENCH DEVICE TEST_SIZE VALUE" lines: µs or MiB/s (2^20 bytes a
+# second, what perftest calls MB/sec; qperf's decimal units are converted),
+# "failed" where a run gave no number, "n/a" where a device cannot run a
+# test. Environment (put at the top of this script by tests/vm/bench.sh):
+# XIW_BENCH_ITERS (latency iterations), XIW_BENCH_QPERF_SECONDS (each qperf
+# test's duration, default 3).
 # With XIW_BENCH_SWEEP=1 (tests/vm/bench.sh --sweep) it sweeps every size
 # from 2 B to 8 MiB instead: ib_write_lat -a and ib_write_bw -a (-R) on xiw
 # in kernel mode (its default CRC), siw and rxe, and the TCP floor (ping-pong
@@ -13,35 +22,90 @@
 # siw
 # modules: crc32c_generic libcrc32c crc32_generic udp_tunnel ip6_udp_tunnel rdma_rxe
 # needs: /usr/bin/ib_write_lat /usr/bin/ib_send_lat /usr/bin/ib_read_lat /usr/bin/ib_write_bw
+# needs: /usr/bin/qperf
 # needs: /usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so /etc/libibverbs.d/siw.driver
 # needs: /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /etc/libibverbs.d/rxe.driver
 . /lib.sh
 N=${XIW_BENCH_ITERS:-2000}
 port=18950
 
-# perf NAME DEVICE-ARGS ADDRESS: the five perftest runs, with DEVICE-ARGS on
-# both ends and the client pointed at ADDRESS.
+# perf NAME DEVICE-ARGS ADDRESS: the perftest runs, with DEVICE-ARGS on
+# both ends and the client pointed at ADDRESS. The last: 4 QPs (-q 4), each
+# writing 64 KiB messages both ways at once (-b); perftest prints the sum
+# of both directions over every QP.
 perf() {
     for t in "ib_write_lat -s 2 -n $N" "ib_send_lat -s 2 -n $N" "ib_read_lat -s 2 -n $N" \
-        "ib_write_bw -s 65536 -n 2000" "ib_write_bw -s 1048576 -n 200"; do
+        "ib_write_bw -s 65536 -n 2000" "ib_write_bw -s 1048576 -n 200" \
+        "ib_write_bw -s 65536 -n 500 -q 4 -b"; do
         port=$((port + 1))
-        perftest_pair "$t $2 -p $port -F" "$t $2 -p $port -F $3" $port >/dev/null 2>&1
+        perftest_pair "$t $2 -p $port -F" "$t $2 -p $port -F $3" $port >/tmp/pair 2>&1 ||
+            sed 's/^/  /' /tmp/pair
         result "$1" $t
     done
 }
-# result NAME TOOL -s SIZE ...: the BENCH line of the run just made
-# (perftest's typical latency, or its average bandwidth).
+# result NAME TOOL -s SIZE -n ITERS [-q 4 -b]: the BENCH line of the run
+# just made (perftest's typical latency, or its average bandwidth).
 result() {
     case $2 in
     *_lat) v=$(awk -v s="$4" '$1 == s && NF >= 9 { print $5 }' /tmp/client) ;;
     *) v=$(awk -v s="$4" '$1 == s && NF >= 5 { print $4 }' /tmp/client) ;;
     esac
-    echo "BENCH $1 $2_$4 ${v:-failed}"
+    t=$2
+    [ "${9:-}" = -b ] && t=${t}_q${8}_bidir
+    echo "BENCH $1 ${t}_$4 ${v:-failed}"
+}
+
+# The qperf tests: TEST SIZE.
+QPERF_TESTS="rc_lat:2 rc_rdma_write_lat:2 rc_rdma_write_lat:65536 rc_bw:65536"
+QT=${XIW_BENCH_QPERF_SECONDS:-3}
+# qperf_value FILE: the result qperf printed ("latency = 5.6 ms",
+# "bw = 12.1 MB/sec"; decimal prefixes, thousands with commas), in µs or
+# MiB/s; nothing if there is none.
+qperf_value() {
+    awk '$2 == "=" && ($1 == "latency" || $1 == "bw") && NF >= 4 {
+        v = $3; gsub(",", "", v); u = $4
+        f["ns"] = 0.001; f["us"] = 1; f["ms"] = 1000; f["sec"] = 1000000
+        m = 1048576
+        f["bytes/sec"] = 1 / m; f["KB/sec"] = 1000 / m; f["MB/sec"] = 1e6 / m
+        f["GB/sec"] = 1e9 / m; f["TB/sec"] = 1e12 / m
+        if (v ~ /^[0-9.]+$/ && (u in f)) { printf "%.2f\n", v * f[u]; exit }
+    }' "$1"
+}
+# qperf_all NAME ADDRESS: each qperf test against a server of its own
+# (started afresh, so one test's failure leaves the next alone), -t QT
+# seconds; rdma_cm finds the device by ADDRESS on both ends.
+qperf_all() {
+    for q in $QPERF_TESTS; do
+        t=${q%:*}
+        s=${q#*:}
+        port=$((port + 1))
+        qperf -lp $port >/tmp/server 2>&1 &
+        qs=$!
+        wait_listen $port
+        timeout 120 qperf -cm1 -lp $port -t "$QT" -e 4 "$2" -m "$s" "$t" >/tmp/client 2>&1
+        c=$?
+        v=
+        [ $c -eq 0 ] && v=$(qperf_value /tmp/client)
+        # (quietly: the shell would say the server was terminated)
+        { kill $qs; wait $qs; } 2>/dev/null
+        if [ -z "$v" ]; then
+            echo "  qperf $t -m $s on $1 ($c):"
+            sed 's/^/    /' /tmp/client /tmp/server
+        fi
+        echo "BENCH $1 qperf_${t}_$s ${v:-failed}"
+    done
+}
+# qperf_none NAME: a device without rdma_cm runs no qperf test.
+qperf_none() {
+    for q in $QPERF_TESTS; do
+        echo "BENCH $1 qperf_${q%:*}_${q#*:} n/a"
+    done
 }
 
 # The floor: plain TCP between two processes on the same path.
 floor() {
-    for spec in "lat-spin 2 $N 200" "lat-block 2 $N 200" "bw 65536 2000 100" "bw 1048576 200 10"; do
+    for spec in "lat-spin 2 $N 200" "lat-block 2 $N 200" "lat-spin 65536 $N 200" \
+        "lat-block 65536 $N 200" "bw 65536 2000 100" "bw 1048576 200 10"; do
         port=$((port + 1))
         xiw-bench floor-server $port $spec >/dev/null 2>&1 &
         s=$!
@@ -127,6 +191,10 @@ if [ "${XIW_BENCH_SWEEP:-0}" = 1 ]; then
     exit 0
 fi
 
+echo "BENCH info kernel $(uname -r)"
+echo "BENCH info cpus $(grep -c '^processor' /proc/cpuinfo)"
+echo "BENCH info cpu $(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+echo "BENCH info note perftest: $N iterations for latency (-n), typical (median) latency, average bandwidth; qperf: -t $QT s a test, its mean latency; -R (rdma_cm) on the kernel devices, none in standalone mode"
 floor
 
 # Standalone: as on a kernel without RDMA.
@@ -135,6 +203,7 @@ for m in siw rdma_rxe xiw rdma_ucm rdma_cm iw_cm ib_cm ib_uverbs ib_core; do
 done
 eval "$(xiw up --netdev dummy0 2>/dev/null)"
 perf xiw-standalone "-d xiw0 -x 0" 10.77.0.1
+qperf_none xiw-standalone
 xiw down >/dev/null 2>&1
 unset SYSFS_PATH
 
@@ -150,9 +219,13 @@ rdma link add rxe0 type rxe netdev dummy2
 rdma link show
 
 perf xiw-kernel "-d xiw0 -R" 10.77.0.1
+qperf_all xiw-kernel 10.77.0.1
 echo 0 >/sys/module/xiw/parameters/mpa_crc
 perf xiw-kernel-nocrc "-d xiw0 -R" 10.77.0.1
+qperf_all xiw-kernel-nocrc 10.77.0.1
 echo 1 >/sys/module/xiw/parameters/mpa_crc
 perf siw "-d siw0 -R" 10.77.1.1
+qperf_all siw 10.77.1.1
 perf rxe "-d rxe0 -R" 10.77.2.1
+qperf_all rxe 10.77.2.1
 exit 0
