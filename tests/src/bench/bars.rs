@@ -200,8 +200,9 @@ where
         .x_label_area_size(80)
         .y_label_area_size(78);
 
-    // Everything but the y axis is drawn here, in pixels of the picture:
-    // the group labels below the bars and the crosses of failed runs.
+    // Text that goes on the whole picture once the chart is drawn, at
+    // pixels of it: the group labels below the bars (outside the chart's
+    // plotting area) and the crosses of failed runs.
     let mut labels: Vec<((i32, i32), String, RGBColor)> = Vec::new();
     macro_rules! body {
         ($chart:expr, $y_min:expr, $y_top:expr, $y_fmt:expr) => {{

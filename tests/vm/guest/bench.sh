@@ -50,9 +50,9 @@ result() {
     *_lat) v=$(awk -v s="$4" '$1 == s && NF >= 9 { print $5 }' /tmp/client) ;;
     *) v=$(awk -v s="$4" '$1 == s && NF >= 5 { print $4 }' /tmp/client) ;;
     esac
-    t=$2
-    [ "${9:-}" = -b ] && t=${t}_q${8}_bidir
-    echo "BENCH $1 ${t}_$4 ${v:-failed}"
+    name=$2
+    [ "${9:-}" = -b ] && name=${name}_q${8}_bidir
+    echo "BENCH $1 ${name}_$4 ${v:-failed}"
 }
 
 # The qperf tests: TEST SIZE.
@@ -76,23 +76,23 @@ qperf_value() {
 # seconds; rdma_cm finds the device by ADDRESS on both ends.
 qperf_all() {
     for q in $QPERF_TESTS; do
-        t=${q%:*}
-        s=${q#*:}
+        qtest=${q%:*}
+        qsize=${q#*:}
         port=$((port + 1))
         qperf -lp $port >/tmp/server 2>&1 &
-        qs=$!
+        qpid=$!
         wait_listen $port
-        timeout 120 qperf -cm1 -lp $port -t "$QT" -e 4 "$2" -m "$s" "$t" >/tmp/client 2>&1
+        timeout 120 qperf -cm1 -lp $port -t "$QT" -e 4 "$2" -m "$qsize" "$qtest" >/tmp/client 2>&1
         c=$?
         v=
         [ $c -eq 0 ] && v=$(qperf_value /tmp/client)
         # (quietly: the shell would say the server was terminated)
-        { kill $qs; wait $qs; } 2>/dev/null
+        { kill $qpid; wait $qpid; } 2>/dev/null
         if [ -z "$v" ]; then
-            echo "  qperf $t -m $s on $1 ($c):"
+            echo "  qperf $qtest -m $qsize on $1 ($c):"
             sed 's/^/    /' /tmp/client /tmp/server
         fi
-        echo "BENCH $1 qperf_${t}_$s ${v:-failed}"
+        echo "BENCH $1 qperf_${qtest}_$qsize ${v:-failed}"
     done
 }
 # qperf_none NAME: a device without rdma_cm runs no qperf test.
