@@ -46,7 +46,18 @@ fn rdmap_ctrl(version: u8, opcode: u8) -> u8 {
 }
 
 fn tagged(opcode: u8, stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
-    let mut u = vec![ddp_ctrl(true, true, 1), rdmap_ctrl(1, opcode)];
+    tagged_ctrl(
+        ddp_ctrl(true, true, 1),
+        rdmap_ctrl(1, opcode),
+        stag,
+        to,
+        payload,
+    )
+}
+
+/// A tagged segment with the two control bytes as given.
+fn tagged_ctrl(ddp: u8, rdmap: u8, stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
+    let mut u = vec![ddp, rdmap];
     u.extend_from_slice(&stag.to_be_bytes());
     u.extend_from_slice(&to.to_be_bytes());
     u.extend_from_slice(payload);
@@ -288,6 +299,60 @@ fn hostile_frames_get_the_right_terminate() {
                 .unwrap()
         },
         Some(Cause(1, 2, 6)),
+    );
+    // A tagged RDMA Write of DDP version 2, and of version 3: tagged buffer
+    // error, invalid DDP version (before its STag is looked at). The
+    // kernel-mode guest test (tests/vm/guest/hostile.sh) expects the same.
+    for version in [2, 3] {
+        case(
+            &format!("tagged DDP version {version}"),
+            true,
+            |s, crc, _| {
+                let u = tagged_ctrl(
+                    ddp_ctrl(true, true, version),
+                    rdmap_ctrl(1, 0),
+                    0x4242_4200,
+                    0x1000,
+                    b"stray",
+                );
+                s.write_all(&fpdu(&u, crc)).unwrap()
+            },
+            Some(Cause(1, 1, 4)),
+        );
+    }
+    // An RDMA Write of RDMAP version 0: invalid RDMAP version.
+    case(
+        "Write of RDMAP version 0",
+        true,
+        |s, crc, _| {
+            let u = tagged_ctrl(
+                ddp_ctrl(true, true, 1),
+                rdmap_ctrl(0, 0),
+                0x4242_4200,
+                0,
+                b"x",
+            );
+            s.write_all(&fpdu(&u, crc)).unwrap()
+        },
+        Some(Cause(0, 2, 5)),
+    );
+    // The reserved bits of both control bytes are not checked on receive
+    // (RFC 5041 section 4.2, RFC 5040 section 4.1): a Write with all of them
+    // set reaches its STag check.
+    case(
+        "Write with reserved bits set",
+        true,
+        |s, crc, _| {
+            let u = tagged_ctrl(
+                ddp_ctrl(true, true, 1) | 0x3c,
+                rdmap_ctrl(1, 0) | 0x20,
+                0x4242_4200,
+                0x1000,
+                b"stray",
+            );
+            s.write_all(&fpdu(&u, crc)).unwrap()
+        },
+        Some(Cause(1, 1, 0)),
     );
     // RDMAP version 0: remote operation error, invalid RDMAP version.
     case(

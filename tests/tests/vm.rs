@@ -146,6 +146,25 @@ fn rdma_cm_programs_in_the_guest() {
     guest("rdma_cm.sh", &["xiw_mpa_peer", "xiw_tcp_echo"]);
 }
 
+/// Every byte from the network is hostile in kernel mode too: a raw TCP
+/// peer (`tests/c/xiw_hostile_peer.c`, MPA/DDP/RDMAP frames built by hand)
+/// against an rdma_cm target (`tests/c/xiw_cm_target.c`, regions between
+/// guard bytes), while the module places Writes from the socket. Each
+/// faulty Write (unknown STag or key, one byte out of bounds either way, a
+/// wrapping TO, a bad CRC, DDP version 2 and 3, RDMAP version 0, no remote
+/// write right, another PD, a bad one behind or before a good one in the
+/// same send) gets the Terminate standalone mode sends for it, the stream
+/// ends and the target's receives are flushed; good Writes (across pages,
+/// in two segments, to the region's last byte, with reserved bits set,
+/// split over two TCP sends) land where they should, the module's count of
+/// placed FPDUs grows for the clean ones, and no byte outside changes. With
+/// CRC and, for five of them, without; no kernel warning.
+#[test]
+fn hostile_peers_against_kernel_placement_in_the_guest() {
+    let _g = serial();
+    guest("hostile.sh", &["xiw_cm_target", "xiw_hostile_peer"]);
+}
+
 /// Wire interop with Linux's own siw (built from the kernel's source, which
 /// Debian does not ship built) over a veth pair, siw in the initial network
 /// namespace and xiw in another: rping with data verified and perftest -R
