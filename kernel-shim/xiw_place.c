@@ -32,12 +32,6 @@
 #define UVERBS_MODULE_NAME xiw_ib
 #include <rdma/uverbs_named_ioctl.h>
 
-#ifdef XIW_CRC32C_IN_CRC32_H
-#include <linux/crc32.h>
-#else
-#include <linux/crc32c.h>
-#endif
-
 #include "xiw.h"
 #include "xiw_fpdu.h"
 
@@ -88,7 +82,7 @@ int xiw_mr_pin(struct xiw_mr *mr, u64 start, u64 len, u64 iova)
 	unsigned long first = start & ~PAGE_MASK, n, done = 0;
 	struct xiw_pd *pd = to_xpd(mr->base.pd);
 	struct page **pages;
-	int got = -EFAULT, rv;
+	int got = 0, rv;
 
 	if (!len || start + len < start || iova + len < iova)
 		return -EINVAL;
@@ -110,9 +104,10 @@ int xiw_mr_pin(struct xiw_mr *mr, u64 start, u64 len, u64 iova)
 			break;
 		done += got;
 	}
-	rv = got <= 0 ? (got < 0 ? got : -EFAULT) : 0;
-	if (rv)
+	if (done < n) {
+		rv = got < 0 ? got : -EFAULT;
 		goto unpin;
+	}
 	mr->pages = pages;
 	mr->npages = n;
 	mr->first = first;
@@ -195,12 +190,6 @@ struct xiw_place {
 	unsigned int placed;
 };
 
-/* xiw_fpdu_crc() by the kernel's faster CRC32c (which is not inverted). */
-static u32 xiw_crc(u32 crc, const void *p, unsigned int n)
-{
-	return ~crc32c(~crc, p, n);
-}
-
 /* Whether the CRC of the FPDU of `total` bytes at `off` of `skb` holds. */
 static bool xiw_skb_crc_ok(struct sk_buff *skb, unsigned int off, u32 total)
 {
@@ -216,7 +205,7 @@ static bool xiw_skb_crc_ok(struct sk_buff *skb, unsigned int off, u32 total)
 	/* A block may run past the end asked for: the CRC stops there. */
 	while (done < total - 4 && (n = skb_seq_read(done, &data, &st)) != 0) {
 		n = min(n, total - 4 - done);
-		crc = xiw_crc(crc, data, n);
+		crc = xiw_fpdu_crc(crc, data, n);
 		done += n;
 	}
 	skb_abort_seq_read(&st);
@@ -331,11 +320,14 @@ bool xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 	desc.arg.data = &p;
 	desc.count = 1;
 	tcp_read_sock(sk, &desc, xiw_place_actor);
-	WRITE_ONCE(s->write_len, p.tally.write_len);
-	WRITE_ONCE(s->after_write, p.tally.after_write);
-	WRITE_ONCE(s->flags, p.tally.after_valid ? XIW_PLACE_F_AFTER_WRITE : 0);
-	if (p.placed)
+	/* Nothing placed leaves the tally as the provider lent it. */
+	if (p.placed) {
+		WRITE_ONCE(s->write_len, p.tally.write_len);
+		WRITE_ONCE(s->after_write, p.tally.after_write);
+		WRITE_ONCE(s->flags,
+			   p.tally.after_valid ? XIW_PLACE_F_AFTER_WRITE : 0);
 		atomic64_add(p.placed, &xiw_fpdus_placed);
+	}
 	if (!p.stop)
 		return true;
 	/* The tally before the stream goes back (the provider reads them so). */
