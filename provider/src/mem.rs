@@ -398,10 +398,13 @@ impl MrTable {
                     }
                 }
                 mr.valid.store(false, Ordering::Release);
+                let k = mr.kplace.swap(0, Ordering::AcqRel);
+                // Not under the table's lock: the module may wait for a
+                // placement under way.
+                drop(s);
                 // The module stops placing into it before the invalidation
                 // is done (a Local Invalidate completes, the Send with
                 // Invalidate's bytes after it are taken in).
-                let k = mr.kplace.swap(0, Ordering::AcqRel);
                 if let (Some(kernel), true) = (self.kernel, k != 0) {
                     let _ = kernel.mr_invalidate(k as u32);
                 }

@@ -131,10 +131,8 @@ fn read_stream(
     to_end: bool,
 ) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
+    rx.recall(qp);
     let events = qp.stream_events().filter(|_| rx.lendable);
-    if let (Some((ev, slot)), true) = (events, rx.lent) {
-        ev.recall(slot);
-    }
     let r = read_loop(qp, &mut rx, tx, to_end, fd, events);
     if let (Some((ev, slot)), Ok(())) = (events, &r) {
         if rx.fd.is_some() && rx.buf.is_empty() {
