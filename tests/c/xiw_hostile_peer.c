@@ -87,19 +87,6 @@ static struct {
 	uint64_t to;
 } r[3];
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* CRC32c (Castagnoli, reflected), bit by bit. */
 static uint32_t crc32c(const uint8_t *p, size_t n)
 {
@@ -116,18 +103,6 @@ static uint32_t crc32c(const uint8_t *p, size_t n)
 static void pause_ms(int ms)
 {
 	usleep((useconds_t)ms * 1000);
-}
-
-static void read_all(uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t got = read(fd, p, n);
-
-		if (got <= 0)
-			die("the stream ended in the MPA Reply");
-		p += got;
-		n -= (size_t)got;
-	}
 }
 
 /* Sends the first `n` bytes of what is queued; keeps the rest queued. */
@@ -196,9 +171,9 @@ static void segment(uint8_t ddp, uint8_t rdmap, uint32_t stag, uint64_t to, uint
 		die("segment too large");
 	u[0] = ddp;
 	u[1] = rdmap;
-	put32(u + 2, stag);
-	put32(u + 6, (uint32_t)(to >> 32));
-	put32(u + 10, (uint32_t)to);
+	put_be32(u + 2, stag);
+	put_be32(u + 6, (uint32_t)(to >> 32));
+	put_be32(u + 10, (uint32_t)to);
 	for (uint32_t i = 0; i < len; i++)
 		u[14 + i] = written(to + i);
 	fpdu(u, 14 + len, bad);
@@ -216,9 +191,9 @@ static void send_msg(const char *text, uint32_t msn)
 	uint8_t u[18 + 64] = { DDP_L | DDP_V1, RDMAP_V1 | OP_SEND };
 	size_t n = strlen(text);
 
-	put32(u + 6, 0);
-	put32(u + 10, msn);
-	put32(u + 14, 0);
+	put_be32(u + 6, 0);
+	put_be32(u + 10, msn);
+	put_be32(u + 14, 0);
 	memcpy(u + 18, text, n);
 	fpdu(u, 18 + n, 0);
 }
@@ -273,7 +248,7 @@ static void read_to_end(void)
 			break;
 		}
 		if (len >= 20 && !(u[0] & DDP_T) && (u[1] & 0x1f) == OP_TERMINATE &&
-		    get32(u + 6) == 2)
+		    get_be32(u + 6) == 2)
 			printf("terminate layer %u etype %u ecode %u\n", u[18] >> 4, u[18] & 15,
 			       u[19]);
 		else
@@ -392,7 +367,7 @@ int main(int argc, char **argv)
 	if (write(fd, req, sizeof(req)) != (ssize_t)sizeof(req))
 		die("sending the Request: %s", strerror(errno));
 
-	read_all(rep, sizeof(rep));
+	read_exact(fd, rep, sizeof(rep), "the MPA Reply");
 	if (memcmp(rep, "MPA ID Rep Frame", 16))
 		die("not an MPA Reply");
 	if (rep[16] & 0x20)
@@ -405,7 +380,7 @@ int main(int argc, char **argv)
 	pd_len = (unsigned int)rep[18] << 8 | rep[19];
 	if (pd_len < 4 + 48 || pd_len > sizeof(pd))
 		die("Reply private data of %u bytes", pd_len);
-	read_all(pd, pd_len);
+	read_exact(fd, pd, pd_len, "the MPA Reply");
 	ird = (unsigned int)pd[0] << 8 | pd[1];
 	ord = (unsigned int)pd[2] << 8 | pd[3];
 	printf("reply rev %u crc %d ird 0x%04x ord 0x%04x\n", rep[17], crc, ird, ord);
@@ -414,9 +389,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++) {
 		const uint8_t *p = pd + 4 + 16 * i;
 
-		r[i].stag = get32(p);
-		r[i].len = get32(p + 4);
-		r[i].to = (uint64_t)get32(p + 8) << 32 | get32(p + 12);
+		r[i].stag = get_be32(p);
+		r[i].len = get_be32(p + 4);
+		r[i].to = (uint64_t)get_be32(p + 8) << 32 | get_be32(p + 12);
 	}
 	printf("regions r0 0x%x %u 0x%llx r1 0x%x %u 0x%llx r2 0x%x %u 0x%llx\n", r[0].stag,
 	       r[0].len, (unsigned long long)r[0].to, r[1].stag, r[1].len,

@@ -32,24 +32,6 @@
 
 #include "xiw_test.h"
 
-static void read_all(int fd, uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t r = read(fd, p, n);
-
-		if (r <= 0)
-			die("the connection ended before the Reply was complete");
-		p += r;
-		n -= (size_t)r;
-	}
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htonl(v);
-	memcpy(p, &v, 4);
-}
-
 /*
  * The RTR as a zero-length RDMA Read Request (no markers): MPA length, then
  * DDP untagged (queue 1, MSN 1, MO 0), then RDMAP's Read Request header
@@ -67,9 +49,9 @@ static void send_rtr(int fd)
 	f[1] = 18;		/* ULPDU: the DDP/RDMAP header alone */
 	f[2] = 0x41;		/* untagged, last, DDP version 1 */
 	f[3] = 0x43;		/* RDMAP version 1, Send */
-	put32(&f[8], 0);	/* queue 0 */
-	put32(&f[12], 1);	/* MSN 1 */
-	put32(&f[16], 0);	/* MO 0 */
+	put_be32(&f[8], 0);	/* queue 0 */
+	put_be32(&f[12], 1);	/* MSN 1 */
+	put_be32(&f[16], 0);	/* MO 0 */
 	if (write(fd, f, sizeof(f)) != (ssize_t)sizeof(f))
 		die("sending the zero-length Send: %s", strerror(errno));
 }
@@ -83,16 +65,16 @@ static void read_rtr_exchange(int fd)
 	f[1] = 46;		/* ULPDU: 18 bytes of headers, 28 of Read Request */
 	f[2] = 0x41;		/* untagged, last, DDP version 1 */
 	f[3] = 0x41;		/* RDMAP version 1, Read Request */
-	put32(&f[8], 1);	/* queue 1 */
-	put32(&f[12], 1);	/* MSN 1 */
-	put32(&f[16], 0);	/* MO 0 */
-	put32(&f[20], 0x5a5a01);	/* sink STag; sink TO 0 */
-	put32(&f[32], 0);	/* RDMA Read size 0 */
-	put32(&f[36], 0);	/* source STag 0; source TO 0 */
+	put_be32(&f[8], 1);	/* queue 1 */
+	put_be32(&f[12], 1);	/* MSN 1 */
+	put_be32(&f[16], 0);	/* MO 0 */
+	put_be32(&f[20], 0x5a5a01);	/* sink STag; sink TO 0 */
+	put_be32(&f[32], 0);	/* RDMA Read size 0 */
+	put_be32(&f[36], 0);	/* source STag 0; source TO 0 */
 	if (write(fd, f, sizeof(f)) != (ssize_t)sizeof(f))
 		die("sending the Read Request: %s", strerror(errno));
 	/* MPA length, DDP tagged header (STag, TO), no payload or pad, CRC field. */
-	read_all(fd, r, sizeof(r));
+	read_exact(fd, r, sizeof(r), "the response");
 	memcpy(&stag, &r[4], 4);
 	printf("response opcode %u stag 0x%x last %u len %u\n", r[3] & 0x0f,
 	       ntohl(stag), (r[2] & 0x40) != 0, r[0] << 8 | r[1]);
@@ -148,13 +130,13 @@ int main(int argc, char **argv)
 	if (write(fd, req, len) != len)
 		die("sending the Request: %s", strerror(errno));
 
-	read_all(fd, rep, 20);
+	read_exact(fd, rep, 20, "the MPA Reply");
 	if (memcmp(rep, "MPA ID Rep Frame", 16))
 		die("not an MPA Reply");
 	pd = (unsigned int)rep[18] << 8 | rep[19];
 	if (pd > 512)
 		die("Reply private data of %u bytes", pd);
-	read_all(fd, rep + 20, pd);
+	read_exact(fd, rep + 20, pd, "the MPA Reply");
 	printf("rev %u flags 0x%02x pd_len %u", rep[17], rep[16], pd);
 	if ((rep[16] & 0x10) && pd >= 4)
 		printf(" ird 0x%04x ord 0x%04x", rep[20] << 8 | rep[21], rep[22] << 8 | rep[23]);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 
@@ -32,6 +33,33 @@ static inline void die(const char *fmt, ...)
 }
 
 /* CLOCK_MONOTONIC in nanoseconds. */
+/* Network byte order, for frames built by hand from the RFC figures. */
+static inline void put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static inline uint32_t get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Reads exactly `n` bytes of `fd`, or dies saying the stream ended in `what`. */
+static inline void read_exact(int fd, uint8_t *p, size_t n, const char *what)
+{
+	while (n) {
+		ssize_t got = read(fd, p, n);
+
+		if (got <= 0)
+			die("the stream ended in %s", what);
+		p += got;
+		n -= (size_t)got;
+	}
+}
+
 static inline uint64_t now_ns(void)
 {
 	struct timespec ts;
