@@ -34,13 +34,8 @@ attack() {
     wait_listen $port
     timeout 30 xiw_hostile_peer 10.77.0.1 $port "$2" "$1" >/tmp/peer 2>&1
     pr=$?
-    n=0
-    while kill -0 $t 2>/dev/null && [ $n -lt 400 ]; do
-        sleep 0.1
-        n=$((n + 1))
-    done
     hung=0
-    if kill -0 $t 2>/dev/null; then
+    if ! wait_gone $t 400; then
         hung=1
         kill -9 $t
     fi

@@ -16,6 +16,17 @@ wait_listen() {
     done
 }
 
+# wait_gone PID TENTHS: until process PID has exited, TENTHS tenths of a
+# second at most; true if it has.
+wait_gone() {
+    n=0
+    while kill -0 "$1" 2>/dev/null && [ $n -lt "$2" ]; do
+        sleep 0.1
+        n=$((n + 1))
+    done
+    ! kill -0 "$1" 2>/dev/null
+}
+
 # pair SERVER CLIENT [PORT [NETNS]]: runs the server command, then (once
 # something listens on TCP port PORT, in network namespace NETNS if given,
 # or after a second) the client command (120 s at most, or $pair_timeout

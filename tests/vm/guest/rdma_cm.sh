@@ -153,13 +153,8 @@ kill9() {
     sleep 3
     if [ "$4" = server ]; then v=$s; o=$c; else v=$c; o=$s; fi
     kill -9 $v
-    n=0
-    while kill -0 $o 2>/dev/null && [ $n -lt 300 ]; do
-        sleep 0.1
-        n=$((n + 1))
-    done
     alive=0
-    kill -0 $o 2>/dev/null && alive=1
+    wait_gone $o 300 || alive=1
     kill -9 $s $c 2>/dev/null
     wait $s $c 2>/dev/null
     echo "--- server"; tail -3 /tmp/server; echo "--- client"; tail -3 /tmp/client
