@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::plot::{font, tick, write_png, FAMILY};
+use super::plot::{facts, render, tick, Picture, FACTS_COLOUR, FAMILY};
 use super::sweep::{device_label, size_label, test_short, Kind, Series, Sweep};
 
 const SIZE: (u32, u32) = (1300, 680);
@@ -332,44 +332,31 @@ where
         side.draw(&text("failed: no number".into(), y)).map_err(e)?;
     }
 
-    let m = &sweep.machine;
-    let facts = format!(
-        "{} | {} CPUs ({}), Linux {} | xiw {} | {}",
-        sweep.tool,
-        m.cpus,
-        if m.cpu.is_empty() { "?" } else { &m.cpu },
-        m.kernel,
-        m.xiw_version,
-        m.date
-    );
     foot.draw(&Text::new(
-        facts,
+        facts(sweep),
         (14, 4),
-        (FAMILY, 13).into_font().color(&RGBColor(0x60, 0x60, 0x60)),
+        (FAMILY, 13).into_font().color(&FACTS_COLOUR),
     ))
     .map_err(e)?;
     root.present().map_err(e)?;
     Ok(())
 }
 
+struct Bars<'a>(&'a Sweep, Kind);
+
+impl Picture for Bars<'_> {
+    const SIZE: (u32, u32) = SIZE;
+    fn draw_on<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw_on(root, self.0, self.1)
+    }
+}
+
 /// Draws the `kind` picture of `sweep` to `svg`, and to `png` if given.
 pub fn draw(sweep: &Sweep, kind: Kind, svg: &Path, png: Option<&Path>) -> Result<(), String> {
-    font()?;
-    let ctx = |p: &Path, e: String| format!("{}: {e}", p.display());
-    {
-        let root = SVGBackend::new(svg, SIZE).into_drawing_area();
-        draw_on(root, sweep, kind).map_err(|e| ctx(svg, e))?;
-    }
-    if let Some(png) = png {
-        let (w, h) = SIZE;
-        let mut buf = vec![0u8; (w * h * 3) as usize];
-        {
-            let root = BitMapBackend::with_buffer(&mut buf, SIZE).into_drawing_area();
-            draw_on(root, sweep, kind).map_err(|e| ctx(png, e))?;
-        }
-        write_png(png, &buf, SIZE).map_err(|e| ctx(png, e))?;
-    }
-    Ok(())
+    render(&Bars(sweep, kind), svg, png)
 }
 
 /// Draws PREFIX-latency.svg and PREFIX-bandwidth.svg (and .png beside each)

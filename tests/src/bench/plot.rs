@@ -258,8 +258,49 @@ where
         }
     }
 
+    foot.draw(&Text::new(
+        facts(sweep),
+        (14, 4),
+        (FAMILY, 13).into_font().color(&FACTS_COLOUR),
+    ))
+    .map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// A picture drawn alike on every backend: the SVG and the PNG beside it.
+pub trait Picture {
+    /// Width and height, in pixels.
+    const SIZE: (u32, u32);
+    fn draw_on<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static;
+}
+
+/// Draws `pic` to `svg`, and to `png` if given.
+pub fn render<P: Picture>(pic: &P, svg: &Path, png: Option<&Path>) -> Result<(), String> {
+    font()?;
+    let ctx = |p: &Path, e: String| format!("{}: {e}", p.display());
+    {
+        let root = SVGBackend::new(svg, P::SIZE).into_drawing_area();
+        pic.draw_on(root).map_err(|e| ctx(svg, e))?;
+    }
+    if let Some(png) = png {
+        let (w, h) = P::SIZE;
+        let mut buf = vec![0u8; (w * h * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, P::SIZE).into_drawing_area();
+            pic.draw_on(root).map_err(|e| ctx(png, e))?;
+        }
+        write_png(png, &buf, P::SIZE).map_err(|e| ctx(png, e))?;
+    }
+    Ok(())
+}
+
+/// The line at a picture's foot: the tool, the machine, the build, the date.
+pub fn facts(sweep: &Sweep) -> String {
     let m = &sweep.machine;
-    let facts = format!(
+    format!(
         "{} | {} CPUs ({}), Linux {} | xiw {} | {}",
         sweep.tool,
         m.cpus,
@@ -267,35 +308,27 @@ where
         m.kernel,
         m.xiw_version,
         m.date
-    );
-    foot.draw(&Text::new(
-        facts,
-        (14, 4),
-        (FAMILY, 13).into_font().color(&RGBColor(0x60, 0x60, 0x60)),
-    ))
-    .map_err(e)?;
-    root.present().map_err(e)?;
-    Ok(())
+    )
+}
+
+/// The colour of [`facts`].
+pub const FACTS_COLOUR: RGBColor = RGBColor(0x60, 0x60, 0x60);
+
+struct Lines<'a>(&'a Sweep, Kind);
+
+impl Picture for Lines<'_> {
+    const SIZE: (u32, u32) = SIZE;
+    fn draw_on<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<(), String>
+    where
+        DB::ErrorType: 'static,
+    {
+        draw_on(root, self.0, self.1)
+    }
 }
 
 /// Draws the `kind` picture of `sweep` to `svg`, and to `png` if given.
 pub fn draw(sweep: &Sweep, kind: Kind, svg: &Path, png: Option<&Path>) -> Result<(), String> {
-    font()?;
-    let ctx = |p: &Path, e: String| format!("{}: {e}", p.display());
-    {
-        let root = SVGBackend::new(svg, SIZE).into_drawing_area();
-        draw_on(root, sweep, kind).map_err(|e| ctx(svg, e))?;
-    }
-    if let Some(png) = png {
-        let (w, h) = SIZE;
-        let mut buf = vec![0u8; (w * h * 3) as usize];
-        {
-            let root = BitMapBackend::with_buffer(&mut buf, SIZE).into_drawing_area();
-            draw_on(root, sweep, kind).map_err(|e| ctx(png, e))?;
-        }
-        write_png(png, &buf, SIZE).map_err(|e| ctx(png, e))?;
-    }
-    Ok(())
+    render(&Lines(sweep, kind), svg, png)
 }
 
 pub(crate) fn write_png(path: &Path, rgb: &[u8], (w, h): (u32, u32)) -> Result<(), String> {

@@ -57,7 +57,7 @@ mod reactor;
 mod sweep;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -1509,9 +1509,9 @@ fn sweep_bench(o: &Opts) -> ExitCode {
     rc
 }
 
-/// `--plot JSON`: the pictures of a sweep file.
-fn plot_cmd(o: &Opts) -> ExitCode {
-    let json = o.plot.as_deref().expect("--plot");
+/// The sweep file `json` (its error said, if it cannot be read), and where
+/// its pictures go: `--out`, else beside it.
+fn read_sweep(o: &Opts, json: &Path) -> Option<(sweep::Sweep, PathBuf)> {
     let s = match std::fs::read_to_string(json)
         .map_err(|e| e.to_string())
         .and_then(|t| sweep::Sweep::from_json(&t))
@@ -1519,7 +1519,7 @@ fn plot_cmd(o: &Opts) -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("xiw-bench: {}: {e}", json.display());
-            return ExitCode::FAILURE;
+            return None;
         }
     };
     let dir = o.out.clone().unwrap_or_else(|| {
@@ -1527,6 +1527,15 @@ fn plot_cmd(o: &Opts) -> ExitCode {
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf())
     });
+    Some((s, dir))
+}
+
+/// `--plot JSON`: the pictures of a sweep file.
+fn plot_cmd(o: &Opts) -> ExitCode {
+    let json = o.plot.as_deref().expect("--plot");
+    let Some((s, dir)) = read_sweep(o, json) else {
+        return ExitCode::FAILURE;
+    };
     let prefix = o.prefix.clone().unwrap_or_else(|| {
         let stem = json
             .file_stem()
@@ -1543,21 +1552,9 @@ fn plot_cmd(o: &Opts) -> ExitCode {
 /// `--bars JSON`: the grouped bars of a one-boot run's file.
 fn bars_cmd(o: &Opts) -> ExitCode {
     let json = o.bars.as_deref().expect("--bars");
-    let s = match std::fs::read_to_string(json)
-        .map_err(|e| e.to_string())
-        .and_then(|t| sweep::Sweep::from_json(&t))
-    {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("xiw-bench: {}: {e}", json.display());
-            return ExitCode::FAILURE;
-        }
+    let Some((s, dir)) = read_sweep(o, json) else {
+        return ExitCode::FAILURE;
     };
-    let dir = o.out.clone().unwrap_or_else(|| {
-        json.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), |p| p.to_path_buf())
-    });
     let prefix = o.prefix.clone().unwrap_or_else(|| {
         json.file_stem()
             .map_or("bench".into(), |s| s.to_string_lossy().into_owned())
