@@ -75,7 +75,7 @@ void xiw_pd_fini(struct xiw_pd *pd)
 /*
  * Pins the region [start, start + len) of the calling process for
  * placement, at TO `iova`, and enters it in its PD's table under its STag.
- * On failure the region is simply not placed into.
+ * On failure, or with placement off, the region is simply not placed into.
  */
 int xiw_mr_pin(struct xiw_mr *mr, u64 start, u64 len, u64 iova)
 {
@@ -84,6 +84,8 @@ int xiw_mr_pin(struct xiw_mr *mr, u64 start, u64 len, u64 iova)
 	struct page **pages;
 	int got = 0, rv;
 
+	if (!READ_ONCE(kernel_place))
+		return -EOPNOTSUPP;
 	if (!len || start + len < start || iova + len < iova)
 		return -EINVAL;
 	n = DIV_ROUND_UP(first + len, PAGE_SIZE);

@@ -175,7 +175,7 @@ impl<R> Receiver<R> {
         if let Some(c) = crc.as_mut() {
             c.update(&prefix[..HDR_END]);
         }
-        self.placing = Some(Placing {
+        self.placing = Some(Box::new(Placing {
             read_response,
             last: hdr.last,
             len: payload_len as u32,
@@ -185,7 +185,7 @@ impl<R> Receiver<R> {
             trailer: len - HDR_END - payload_len,
             crc,
             dhdr,
-        });
+        }));
         // What of the payload came with the header is placed from here.
         let have = &prefix[HDR_END..prefix.len().min(HDR_END + payload_len)];
         self.place_arrived(host, have)?;
@@ -215,7 +215,7 @@ impl<R> Receiver<R> {
         host: &mut H,
         trailer: &[u8],
     ) -> Result<(), Fail> {
-        let p = self.placing.take().expect("placing");
+        let p = *self.placing.take().expect("placing");
         if let Some(mut c) = p.crc {
             let (pad, got) = trailer.split_at(trailer.len() - mpa::CRC_LEN);
             c.update(pad);

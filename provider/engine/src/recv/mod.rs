@@ -209,8 +209,10 @@ pub struct Receiver<R> {
     after_write: Option<u64>,
     /// Payloads of at least this many bytes are placed in place (0: never).
     inplace_min: usize,
-    /// The FPDU whose payload the driver is reading into memory.
-    placing: Option<direct::Placing>,
+    /// The FPDU whose payload the driver is reading into memory. Boxed:
+    /// while there is none, no field of it is left uninitialised for
+    /// optimised code to read ahead of the check (memcheck would flag it).
+    placing: Option<Box<direct::Placing>>,
 }
 
 /// The accounting of RDMA Writes that Immediate Data reads (RFC 7306
