@@ -6,7 +6,9 @@
  * completion channels and the connection manager work for unmodified
  * programs. The provider in user space runs the protocol over the connected
  * socket; the module's one part in the data path is placing RDMA Writes from
- * the socket of a stream the provider lends it (xiw_place.c).
+ * the socket of a stream the provider lends it (xiw_place.c), and waking
+ * an armed CQ's completion channel there when a message that completes a
+ * receive has come (xiw_cq_event()).
  */
 #ifndef XIW_H
 #define XIW_H
@@ -81,6 +83,8 @@ struct xiw_stream_ev {
 	/* Its QP's PD and whether it has CRC, for placement (xiw_place.c). */
 	struct ib_pd *pd;
 	bool crc;
+	/* Its QP's receive CQ, whose channel a Send's arrival may signal. */
+	struct ib_cq *rcq;
 };
 
 struct xiw_pd {
@@ -111,8 +115,15 @@ struct xiw_mr {
 	struct rcu_head rcu;
 };
 
+/*
+ * A CQ. `arm` is the arm word of its ring once the provider named the ring
+ * (XIW_METHOD_CQ_RING), read under RCU; `ring` holds the ring's memory
+ * (its mapping entry's reference) while `arm` points into it.
+ */
 struct xiw_cq {
 	struct ib_cq base;
+	u32 __rcu *arm;
+	struct rdma_user_mmap_entry *ring;
 };
 
 struct xiw_qp {
@@ -146,6 +157,11 @@ static inline struct xiw_mr *to_xmr(struct ib_mr *mr)
 	return container_of(mr, struct xiw_mr, base);
 }
 
+static inline struct xiw_cq *to_xcq(struct ib_cq *cq)
+{
+	return container_of(cq, struct xiw_cq, base);
+}
+
 static inline struct xiw_qp *to_xqp(struct ib_qp *qp)
 {
 	return container_of(qp, struct xiw_qp, base);
@@ -175,6 +191,10 @@ void xiw_rings_init(struct xiw_ucontext *uctx);
 void xiw_rings_free(struct xiw_ucontext *uctx);
 extern const struct uapi_definition xiw_ring_uapi_defs[];
 void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits);
+void xiw_stream_mark_for_app(struct xiw_stream_ev *ev, u32 bits);
+int xiw_cq_ring_set(struct xiw_ucontext *uctx, struct xiw_cq *cq, u64 off);
+void xiw_cq_ring_put(struct xiw_cq *cq);
+bool xiw_cq_event(struct ib_cq *cq, bool solicited);
 void xiw_stream_ev_init(struct xiw_stream_ev *ev);
 void xiw_stream_ev_stop(struct xiw_stream_ev *ev);
 
@@ -186,7 +206,15 @@ void xiw_pd_init(struct xiw_pd *pd);
 void xiw_pd_fini(struct xiw_pd *pd);
 int xiw_mr_pin(struct xiw_mr *mr, u64 start, u64 len, u64 iova);
 void xiw_mr_unplace(struct xiw_mr *mr);
-bool xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev);
+int xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev);
+
+/* What xiw_place_stream() leaves for the provider. */
+enum {
+	XIW_PLACE_ALL,		/* nothing: all that came was placed */
+	XIW_PLACE_LEFT,		/* bytes to read */
+	XIW_PLACE_LEFT_SIGNALLED, /* ... and the completion channel is woken */
+};
+
 extern const struct uapi_definition xiw_place_uapi_defs[];
 
 /* xiw_cm.c */

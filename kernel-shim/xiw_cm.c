@@ -184,7 +184,15 @@ static void xiw_sk_stream_data_ready(struct sock *sk)
 	read_lock_bh(&sk->sk_callback_lock);
 	cep = xiw_cep_of(sk);
 	/* What the module placed needs nobody woken. */
-	if (cep && !xiw_place_stream(sk, &cep->ev)) {
+	switch (cep ? xiw_place_stream(sk, &cep->ev) : XIW_PLACE_ALL) {
+	case XIW_PLACE_ALL:
+		break;
+	case XIW_PLACE_LEFT_SIGNALLED:
+		/* The woken application reads it, or the progress thread later. */
+		orig = cep->orig_data_ready;
+		xiw_stream_mark_for_app(&cep->ev, XIW_EV_DATA);
+		break;
+	default:
 		orig = cep->orig_data_ready;
 		xiw_stream_mark(&cep->ev, XIW_EV_DATA);
 	}
@@ -225,6 +233,7 @@ static void xiw_cep_stream(struct xiw_cep *cep, struct xiw_ucontext *uctx,
 	if (sk->sk_user_data == cep) {
 		cep->ev.slot = slot;
 		cep->ev.pd = cep->qp->base.pd;
+		cep->ev.rcq = cep->qp->base.recv_cq;
 		cep->ev.crc = cep->crc;
 		WRITE_ONCE(cep->ev.uctx, uctx);
 		/* A new stream is the provider's until it lends it. */

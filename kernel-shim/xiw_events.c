@@ -24,6 +24,11 @@ module_param(event_delay_us, uint, 0644);
 MODULE_PARM_DESC(event_delay_us,
 		 "How long a QP whose events the application's own polling took last may wait before the provider's progress thread is woken (0: at once)");
 
+static uint app_event_delay_us = 1000;
+module_param(app_event_delay_us, uint, 0644);
+MODULE_PARM_DESC(app_event_delay_us,
+		 "How long a QP whose message the module woke the application's completion channel for may wait before the provider's progress thread is woken to read it (0: at once)");
+
 struct xiw_mmap_entry {
 	struct rdma_user_mmap_entry rdma;
 	void *addr;
@@ -258,6 +263,86 @@ const struct uapi_definition xiw_ring_uapi_defs[] = {
 	{},
 };
 
+/*
+ * The provider names the context's ring at `off` as the ring of `cq`:
+ * the module may take its arm word from now on (xiw_cq_event()). The ring
+ * before, if any, is let go once no reader can be looking at it.
+ */
+int xiw_cq_ring_set(struct xiw_ucontext *uctx, struct xiw_cq *cq, u64 off)
+{
+	struct rdma_user_mmap_entry *rdma, *old;
+	struct xiw_mmap_entry *e, *found = NULL;
+
+	if (off & ~PAGE_MASK)
+		return -EINVAL;
+	mutex_lock(&uctx->rings_lock);
+	list_for_each_entry(e, &uctx->rings, ring) {
+		if (rdma_user_mmap_get_offset(&e->rdma) == off) {
+			found = e;
+			break;
+		}
+	}
+	rdma = found ? rdma_user_mmap_entry_get_pgoff(&uctx->base,
+						      off >> PAGE_SHIFT) : NULL;
+	if (!rdma || rdma != &found->rdma ||
+	    found->ring_len < XIW_RING_SLOTS_OFFSET) {
+		mutex_unlock(&uctx->rings_lock);
+		if (rdma)
+			rdma_user_mmap_entry_put(rdma);
+		return -ENOENT;
+	}
+	old = cq->ring;
+	cq->ring = rdma;
+	rcu_assign_pointer(cq->arm,
+			   &((struct xiw_ring_header *)found->addr)->arm);
+	mutex_unlock(&uctx->rings_lock);
+	if (old) {
+		/* A reader of the old arm word is done before its memory goes. */
+		synchronize_rcu();
+		rdma_user_mmap_entry_put(old);
+	}
+	return 0;
+}
+
+/* The CQ goes (no QP uses it any more, so no stream looks at it). */
+void xiw_cq_ring_put(struct xiw_cq *cq)
+{
+	RCU_INIT_POINTER(cq->arm, NULL);
+	if (cq->ring)
+		rdma_user_mmap_entry_put(cq->ring);
+	cq->ring = NULL;
+}
+
+/*
+ * A message that completes a receive of a QP whose receive CQ is `cq` is
+ * whole in the socket, for the provider to process: if the application
+ * armed the CQ for it (any completion; with `solicited`, a solicited one
+ * too), the module takes the arm word, as the provider would on storing
+ * the completion, and wakes the completion channel now, so that the woken
+ * application's own poll reads the socket and finds the completion. True
+ * if it did. The arm word is the provider's memory: a compare-and-swap
+ * from a value the provider writes, nothing else.
+ */
+bool xiw_cq_event(struct ib_cq *cq, bool solicited)
+{
+	struct xiw_cq *xcq = to_xcq(cq);
+	bool fire = false;
+	u32 *arm, v;
+
+	rcu_read_lock();
+	arm = rcu_dereference(xcq->arm);
+	if (arm) {
+		v = READ_ONCE(*arm);
+		fire = (v == XIW_CQ_ARM_NEXT ||
+			(v == XIW_CQ_ARM_SOLICITED && solicited)) &&
+		       cmpxchg(arm, v, XIW_CQ_ARM_NONE) == v;
+	}
+	rcu_read_unlock();
+	if (fire && cq->comp_handler)
+		cq->comp_handler(cq, cq->cq_context);
+	return fire;
+}
+
 /* The slot of a stream whose events are marked (ev->uctx set). */
 struct xiw_events_slot *xiw_stream_slot(struct xiw_stream_ev *ev)
 {
@@ -321,22 +406,28 @@ static void xiw_events_wake(struct xiw_ucontext *uctx)
 /*
  * Marks `bits` in the stream's slot. Called from the socket's callbacks
  * (softirq or process context), with the socket's callback lock read-held,
- * which keeps the stream's context and timer alive.
+ * which keeps the stream's context and timer alive. With `app`, the
+ * application was woken for a message among them (its completion channel),
+ * which is counted in the slot (XIW_EV_SIGNALLED_ONE), and the progress
+ * thread is woken only after app_event_delay_us if the application did not
+ * take them: sooner, it would race the woken application for the bytes.
  */
-void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits)
+static void xiw_stream_mark_as(struct xiw_stream_ev *ev, u32 bits, bool app)
 {
 	struct xiw_ucontext *uctx = ev->uctx;
 	struct xiw_events_slot *s;
-	u32 old;
+	u32 old, delay;
 
 	if (!uctx)
 		return;
 	s = xiw_events_slot(uctx, ev->slot);
 	old = READ_ONCE(s->events);
 	do {
-		if ((old & bits) == bits)
+		/* A message signalled is counted, whatever was marked before. */
+		if ((old & bits) == bits && !app)
 			return;
-	} while (!try_cmpxchg(&s->events, &old, old | bits));
+	} while (!try_cmpxchg(&s->events, &old,
+			      (old | bits) + (app ? XIW_EV_SIGNALLED_ONE : 0)));
 	if (old)
 		/* Marked before: the provider has yet to take that. */
 		return;
@@ -345,12 +436,24 @@ void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits)
 	WRITE_ONCE(xiw_events_hdr(uctx)->pending, 1);
 	/* The marks before the look at `armed` (the provider: the reverse). */
 	smp_mb();
-	if (READ_ONCE(s->hint) == XIW_EV_HINT_APP && event_delay_us) {
-		hrtimer_start(&ev->timer, ns_to_ktime(event_delay_us * 1000ull),
+	delay = app ? READ_ONCE(app_event_delay_us) :
+		READ_ONCE(s->hint) == XIW_EV_HINT_APP ? READ_ONCE(event_delay_us) : 0;
+	if (delay) {
+		hrtimer_start(&ev->timer, ns_to_ktime(delay * 1000ull),
 			      HRTIMER_MODE_REL_SOFT);
 		return;
 	}
 	xiw_events_wake(uctx);
+}
+
+void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits)
+{
+	xiw_stream_mark_as(ev, bits, false);
+}
+
+void xiw_stream_mark_for_app(struct xiw_stream_ev *ev, u32 bits)
+{
+	xiw_stream_mark_as(ev, bits, true);
 }
 
 /* The delay is over: events nobody took wake the progress thread. */
@@ -370,6 +473,7 @@ void xiw_stream_ev_init(struct xiw_stream_ev *ev)
 	ev->slot = 0;
 	ev->pd = NULL;
 	ev->crc = false;
+	ev->rcq = NULL;
 #ifdef XIW_HRTIMER_SETUP
 	hrtimer_setup(&ev->timer, xiw_stream_timer, CLOCK_MONOTONIC,
 		      HRTIMER_MODE_REL_SOFT);

@@ -21,6 +21,7 @@
 #define FPDU_LEN_FIELD 2
 #define FPDU_CRC_FIELD 4
 #define DDP_TAGGED_LEN 14
+#define DDP_UNTAGGED_LEN 18
 
 /*
  * DDP control: T, L, 4 reserved bits, DV. RDMAP control: RV, a reserved bit
@@ -30,6 +31,8 @@
 #define DDP_L 0x40
 #define DDP_V1 0x01
 #define RDMAP_WRITE_V1 0x40
+#define RDMAP_V1_MASK 0xe0
+#define RDMAP_V1 0x40
 
 static u32 be_at(const u8 *p, int n)
 {
@@ -60,6 +63,37 @@ int xiw_fpdu_head(const u8 *hdr, u32 have, struct xiw_fpdu *f)
 	f->to = (u64)be_at(hdr + 8, 4) << 32 | be_at(hdr + 12, 4);
 	f->data_len = ulpdu - DDP_TAGGED_LEN;
 	return XIW_FPDU_PLACE;
+}
+
+/*
+ * The last segment of a message on the untagged queue of Sends (queue 0),
+ * DDP and RDMAP version 1, reserved bits clear, whose RDMAP opcode is a
+ * Send (with or without Invalidate, with or without Solicited Event) or
+ * RFC 7306's Immediate Data (with or without Solicited Event): the
+ * messages whose arrival completes a receive.
+ */
+int xiw_fpdu_event(const u8 *hdr, u32 have)
+{
+	u32 ulpdu;
+
+	if (have < FPDU_LEN_FIELD + 10)
+		return XIW_FPDU_EV_NONE;
+	ulpdu = be_at(hdr, 2);
+	if (ulpdu < DDP_UNTAGGED_LEN || hdr[2] != (DDP_L | DDP_V1) ||
+	    (hdr[3] & RDMAP_V1_MASK) != RDMAP_V1 || be_at(hdr + 8, 4) != 0)
+		return XIW_FPDU_EV_NONE;
+	switch (hdr[3] & 0x1f) {
+	case 0x3:	/* Send */
+	case 0x4:	/* Send with Invalidate */
+	case 0x8:	/* Immediate Data */
+		return XIW_FPDU_EV_RECV;
+	case 0x5:	/* Send with Solicited Event */
+	case 0x6:	/* Send with Solicited Event and Invalidate */
+	case 0x9:	/* Immediate Data with Solicited Event */
+		return XIW_FPDU_EV_SOLICITED;
+	default:
+		return XIW_FPDU_EV_NONE;
+	}
 }
 
 /*

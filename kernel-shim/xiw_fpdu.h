@@ -66,7 +66,21 @@ struct xiw_fpdu_mr {
 	bool valid;
 };
 
+/*
+ * What an FPDU the module does not place will complete once user space has
+ * processed it, for the completion channel (xiw_fpdu_event()): nothing it
+ * can tell, a receive, or a receive whose message asked for a solicited
+ * event. A hint only: it decides whether a completion channel is woken
+ * early, never what is written or completed.
+ */
+enum {
+	XIW_FPDU_EV_NONE,
+	XIW_FPDU_EV_RECV,
+	XIW_FPDU_EV_SOLICITED,
+};
+
 int xiw_fpdu_head(const u8 *hdr, u32 have, struct xiw_fpdu *f);
+int xiw_fpdu_event(const u8 *hdr, u32 have);
 int xiw_fpdu_check(const struct xiw_fpdu *f, const struct xiw_fpdu_mr *mr,
 		   const void *qp_pd, u32 qp_access, u64 *off);
 

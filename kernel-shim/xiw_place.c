@@ -40,20 +40,30 @@ module_param(kernel_place, bool, 0644);
 MODULE_PARM_DESC(kernel_place,
 		 "place RDMA Writes from the socket of a stream the provider lends");
 
-static atomic64_t xiw_fpdus_placed = ATOMIC64_INIT(0);
+static bool direct_cq_event = true;
+module_param(direct_cq_event, bool, 0644);
+MODULE_PARM_DESC(direct_cq_event,
+		 "wake an armed CQ's completion channel from the socket when a message completing a receive comes on a lent stream");
 
-static int xiw_fpdus_placed_get(char *buf, const struct kernel_param *kp)
+/* Counters read in /sys/module/xiw/parameters. */
+static atomic64_t xiw_fpdus_placed = ATOMIC64_INIT(0);
+static atomic64_t xiw_cq_events_direct = ATOMIC64_INIT(0);
+
+static int xiw_counter_get(char *buf, const struct kernel_param *kp)
 {
-	return sysfs_emit(buf, "%lld\n",
-			  (long long)atomic64_read(&xiw_fpdus_placed));
+	return sysfs_emit(buf, "%lld\n", (long long)atomic64_read(kp->arg));
 }
 
-static const struct kernel_param_ops xiw_fpdus_placed_ops = {
-	.get = xiw_fpdus_placed_get,
+static const struct kernel_param_ops xiw_counter_ops = {
+	.get = xiw_counter_get,
 };
 
-module_param_cb(fpdus_placed, &xiw_fpdus_placed_ops, NULL, 0444);
+module_param_cb(fpdus_placed, &xiw_counter_ops, &xiw_fpdus_placed, 0444);
 MODULE_PARM_DESC(fpdus_placed, "RDMA Write FPDUs placed from sockets so far");
+module_param_cb(cq_events_direct, &xiw_counter_ops, &xiw_cq_events_direct,
+		0444);
+MODULE_PARM_DESC(cq_events_direct,
+		 "completion channels woken from the socket so far");
 
 /* Regions above this are left to the provider (4 GiB of 4 KiB pages). */
 #define XIW_PIN_MAX_PAGES	BIT(20)
@@ -190,6 +200,9 @@ struct xiw_place {
 	bool stop;
 	struct xiw_tally tally;
 	unsigned int placed;
+	/* The FPDU it stopped at: what it completes (XIW_FPDU_EV_*), its size. */
+	int event;
+	u32 next_total;
 };
 
 /* Whether the CRC of the FPDU of `total` bytes at `off` of `skb` holds. */
@@ -283,11 +296,16 @@ static int xiw_place_actor(read_descriptor_t *desc, struct sk_buff *skb,
 
 	while (!p->stop && used < len) {
 		have = min_t(size_t, len - used, XIW_FPDU_HEAD);
-		if (skb_copy_bits(skb, off + used, hdr, have) ||
-		    xiw_fpdu_head(hdr, have, &f) != XIW_FPDU_PLACE ||
+		if (skb_copy_bits(skb, off + used, hdr, have)) {
+			p->stop = true;
+			break;
+		}
+		if (xiw_fpdu_head(hdr, have, &f) != XIW_FPDU_PLACE ||
 		    f.total > len - used ||
 		    !xiw_place_fpdu(p, skb, off + used, &f)) {
 			p->stop = true;
+			p->event = xiw_fpdu_event(hdr, have);
+			p->next_total = f.total;
 			break;
 		}
 		xiw_tally_written(&p->tally, f.data_len, f.last);
@@ -300,22 +318,40 @@ static int xiw_place_actor(read_descriptor_t *desc, struct sk_buff *skb,
 }
 
 /*
- * The socket's receive callback, for a stream of the context's: places what
- * it can if the provider lent the stream. True if nothing is left for the
- * provider (all that came was placed); false if it must be told.
+ * The FPDU at the head of the stream, which the module did not place,
+ * completes a receive (`event`) and is whole in the socket: wake the
+ * completion channel of the QP's receive CQ if it is armed for it.
  */
-bool xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
+static bool xiw_place_signal(struct sock *sk, struct xiw_stream_ev *ev,
+			     const struct xiw_place *p)
+{
+	if (!READ_ONCE(direct_cq_event) || p->event == XIW_FPDU_EV_NONE ||
+	    !ev->rcq || (u32)tcp_inq(sk) < p->next_total ||
+	    !xiw_cq_event(ev->rcq, p->event == XIW_FPDU_EV_SOLICITED))
+		return false;
+	atomic64_inc(&xiw_cq_events_direct);
+	return true;
+}
+
+/*
+ * The socket's receive callback, for a stream of the context's: places what
+ * it can if the provider lent the stream (XIW_PLACE_ALL if that was all).
+ * What is left goes back to the provider, and if it is a message that
+ * completes a receive, its completion channel may be woken already
+ * (XIW_PLACE_LEFT_SIGNALLED).
+ */
+int xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 {
 	struct xiw_place p = { .pd = ev->pd, .crc = ev->crc };
 	struct xiw_events_slot *s;
 	read_descriptor_t desc = {};
 
 	if (!READ_ONCE(kernel_place) || !ev->uctx || !ev->pd)
-		return false;
+		return XIW_PLACE_LEFT;
 	s = xiw_stream_slot(ev);
 	/* The tally after the stream (the provider: the reverse). */
 	if (smp_load_acquire(&s->place) != XIW_PLACE_KERNEL)
-		return false;
+		return XIW_PLACE_LEFT;
 	p.tally.write_len = READ_ONCE(s->write_len);
 	p.tally.after_write = READ_ONCE(s->after_write);
 	p.tally.after_valid = READ_ONCE(s->flags) & XIW_PLACE_F_AFTER_WRITE;
@@ -331,10 +367,11 @@ bool xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 		atomic64_add(p.placed, &xiw_fpdus_placed);
 	}
 	if (!p.stop)
-		return true;
+		return XIW_PLACE_ALL;
 	/* The tally before the stream goes back (the provider reads them so). */
 	smp_store_release(&s->place, XIW_PLACE_USER);
-	return false;
+	return xiw_place_signal(sk, ev, &p) ? XIW_PLACE_LEFT_SIGNALLED :
+					      XIW_PLACE_LEFT;
 }
 
 /* The provider invalidated the region's STag: nothing more goes into it. */

@@ -29,6 +29,28 @@ static int UVERBS_HANDLER(XIW_METHOD_CQ_NOTIFY)(struct uverbs_attr_bundle *attrs
 	return 0;
 }
 
+/*
+ * The CQ's ring is the context's ring at this offset: the module may signal
+ * its channel from the socket's receive path (xiw_cq_event()).
+ */
+static int UVERBS_HANDLER(XIW_METHOD_CQ_RING)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_cq *cq = uverbs_attr_get_obj(attrs, XIW_ATTR_CQ_RING_HANDLE);
+	struct ib_ucontext *ibuctx = ib_uverbs_get_ucontext(attrs);
+	u64 off;
+	int rv;
+
+	if (IS_ERR(cq))
+		return PTR_ERR(cq);
+	if (IS_ERR(ibuctx))
+		return PTR_ERR(ibuctx);
+	rv = uverbs_get_const(&off, attrs, XIW_ATTR_CQ_RING_OFFSET);
+	if (rv)
+		return rv;
+	return xiw_cq_ring_set(container_of(ibuctx, struct xiw_ucontext, base),
+			       to_xcq(cq), off);
+}
+
 static const enum ib_event_type xiw_qp_events[] = {
 	IB_EVENT_QP_FATAL, IB_EVENT_QP_REQ_ERR, IB_EVENT_QP_ACCESS_ERR,
 	IB_EVENT_COMM_EST, IB_EVENT_SQ_DRAINED, IB_EVENT_QP_LAST_WQE_REACHED,
@@ -124,6 +146,14 @@ DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_CQ_NOTIFY,
 					    UVERBS_ACCESS_READ,
 					    UA_MANDATORY));
 
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_CQ_RING,
+			    UVERBS_ATTR_IDR(XIW_ATTR_CQ_RING_HANDLE,
+					    UVERBS_OBJECT_CQ,
+					    UVERBS_ACCESS_WRITE,
+					    UA_MANDATORY),
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_CQ_RING_OFFSET, u64,
+						 UA_MANDATORY));
+
 DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_CQ_EVENT,
 			    UVERBS_ATTR_IDR(XIW_ATTR_EVENT_HANDLE,
 					    UVERBS_OBJECT_CQ,
@@ -150,7 +180,8 @@ DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_SRQ_EVENT,
 
 ADD_UVERBS_METHODS(xiw_cq_methods, UVERBS_OBJECT_CQ,
 		   &UVERBS_METHOD(XIW_METHOD_CQ_NOTIFY),
-		   &UVERBS_METHOD(XIW_METHOD_CQ_EVENT));
+		   &UVERBS_METHOD(XIW_METHOD_CQ_EVENT),
+		   &UVERBS_METHOD(XIW_METHOD_CQ_RING));
 
 ADD_UVERBS_METHODS(xiw_qp_methods, UVERBS_OBJECT_QP,
 		   &UVERBS_METHOD(XIW_METHOD_QP_EVENT));

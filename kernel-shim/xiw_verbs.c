@@ -242,6 +242,8 @@ static int xiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
 	if (!atomic_add_unless(&xdev->num_cq, 1, XIW_MAX_QP * 2))
 		return -ENOMEM;
 	cq->cqe = attr->cqe;
+	RCU_INIT_POINTER(to_xcq(cq)->arm, NULL);
+	to_xcq(cq)->ring = NULL;
 	return 0;
 }
 
@@ -249,6 +251,7 @@ static int xiw_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
 {
 	struct xiw_device *xdev = to_xdev(cq->device);
 
+	xiw_cq_ring_put(to_xcq(cq));
 	atomic_dec(&xdev->num_cq);
 	return 0;
 }

@@ -48,16 +48,30 @@ typedef uint64_t __u64;
  *
  * CQ_NOTIFY: the provider wrote a completion to an armed CQ; the module
  * signals the CQ's completion channel. One attribute: the CQ's handle.
+ *
+ * CQ_RING: the CQ's ring is the context's ring at this offset (after
+ * XIW_METHOD_RING_ALLOC; again after a resize). The module then may take
+ * the ring's arm word itself (compare-and-swap to XIW_CQ_ARM_NONE, as the
+ * provider does when it stores the completion the CQ is armed for) and
+ * signal the channel from the socket's receive path, when the FPDU at the
+ * head of a lent stream (XIW_PLACE_KERNEL) completes a receive of a QP
+ * whose receive CQ this is. Attributes: the CQ's handle, the offset.
  */
 #define XIW_UVERBS_DRIVER_NS	(1u << 12)
 
 enum xiw_uverbs_cq_methods {
 	XIW_METHOD_CQ_NOTIFY = XIW_UVERBS_DRIVER_NS,
 	XIW_METHOD_CQ_EVENT,
+	XIW_METHOD_CQ_RING,
 };
 
 enum xiw_uverbs_cq_notify_attrs {
 	XIW_ATTR_CQ_NOTIFY_HANDLE = XIW_UVERBS_DRIVER_NS,
+};
+
+enum xiw_uverbs_cq_ring_attrs {
+	XIW_ATTR_CQ_RING_HANDLE = XIW_UVERBS_DRIVER_NS,
+	XIW_ATTR_CQ_RING_OFFSET,
 };
 
 /*
@@ -189,6 +203,13 @@ struct xiw_stream {
 #define XIW_EV_DATA		(1u << 0)	/* bytes (or the end) to read */
 #define XIW_EV_WRITABLE		(1u << 1)	/* room to send again */
 #define XIW_EV_CLOSED		(1u << 2)	/* the stream closed or broke */
+/*
+ * Bits 8 and up count the messages among the marked bytes whose receive
+ * CQ's completion channel the module woke already: the provider stores
+ * their completions without signalling again.
+ */
+#define XIW_EV_SIGNALLED_SHIFT	8
+#define XIW_EV_SIGNALLED_ONE	(1u << XIW_EV_SIGNALLED_SHIFT)
 
 #define XIW_EV_HINT_PROGRESS	0u
 #define XIW_EV_HINT_APP		1u

@@ -39,6 +39,11 @@ pub const EV_DATA: u32 = 1 << 0;
 pub const EV_WRITABLE: u32 = 1 << 1;
 /// The stream closed or broke.
 pub const EV_CLOSED: u32 = 1 << 2;
+/// Bits 8 and up of `events` count the messages among the marked bytes for
+/// which the module woke the receive CQ's completion channel already
+/// (`METHOD_CQ_RING`): their completions are stored without another event.
+pub const EV_SIGNALLED_SHIFT: u32 = 8;
+pub const EV_SIGNALLED_ONE: u32 = 1 << EV_SIGNALLED_SHIFT;
 
 /// The provider's progress thread took the slot's last events: the module
 /// wakes it at once.

@@ -243,6 +243,14 @@ pub const DRIVER_NS: u16 = 1 << 12;
 pub const METHOD_CQ_NOTIFY: u16 = DRIVER_NS;
 /// Its one attribute: the CQ's handle.
 pub const ATTR_CQ_NOTIFY_HANDLE: u16 = DRIVER_NS;
+/// The module's method naming a CQ's ring (`ATTR_CQ_RING_OFFSET`, from
+/// `METHOD_RING_ALLOC`), after creation and after each resize: the module
+/// may then take the ring's arm word itself and signal the completion
+/// channel straight from the socket's receive path, for an FPDU at the head
+/// of a lent stream that completes a receive of a QP whose receive CQ it is.
+pub const METHOD_CQ_RING: u16 = DRIVER_NS + 2;
+pub const ATTR_CQ_RING_HANDLE: u16 = DRIVER_NS;
+pub const ATTR_CQ_RING_OFFSET: u16 = DRIVER_NS + 1;
 /// `UVERBS_OBJECT_QP`, `UVERBS_OBJECT_SRQ`.
 pub const OBJECT_QP: u16 = 4;
 pub const OBJECT_SRQ: u16 = 5;

@@ -1,7 +1,7 @@
 //! Completion queues: a ring of [`Cqe`] filled by the engine, drained by `poll_cq`.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::lock_api::RawMutex as _;
@@ -30,6 +30,11 @@ pub struct Cq {
     consume: parking_lot::Mutex<()>,
     /// Set when a completion could not be stored; the CQ is then in error.
     pub overflowed: AtomicBool,
+    /// Kernel mode: receive completions whose event the module raised
+    /// already (it woke the channel when their message came), not stored
+    /// yet: a poll that finds the CQ empty waits for them
+    /// ([`Cq::poll_owed`]).
+    owed: AtomicU32,
     /// QPs whose completions land here, for [`Cq::assist`].
     qps: Mutex<Vec<Weak<dyn Assist>>>,
     next_assist: AtomicUsize,
@@ -48,6 +53,7 @@ impl Cq {
             produce: parking_lot::Mutex::new(()),
             consume: parking_lot::Mutex::new(()),
             overflowed: AtomicBool::new(false),
+            owed: AtomicU32::new(0),
             qps: Mutex::new(Vec::new()),
             next_assist: AtomicUsize::new(0),
             kernel: OnceLock::new(),
@@ -109,13 +115,27 @@ impl Cq {
             }
         }
         new.publish(used);
+        // The module may take the old arm word until it learns of the new
+        // ring: an event it signals meanwhile leaves this one armed, which
+        // costs the application one wake-up more, never one less.
         let arm = old.header().arm.load(Ordering::Acquire);
         new.header().arm.store(arm, Ordering::Release);
+        let ring = new.kernel_offset();
         let old = self.ring.swap(Box::into_raw(new), Ordering::AcqRel);
         // SAFETY: the ring this CQ owned; with both locks held no one holds
         // a reference to it.
         drop(unsafe { Box::from_raw(old) });
+        self.tell_ring(ring);
         Ok(())
+    }
+
+    /// Kernel mode: names the ring at `offset` to the module as this CQ's,
+    /// so that it may signal the completion channel itself. A module that
+    /// cannot leaves that to [`Cq::push`] alone.
+    fn tell_ring(&self, offset: Option<u64>) {
+        if let (Some((k, h)), Some(off)) = (self.kernel.get(), offset) {
+            let _ = k.cq_ring(*h, off);
+        }
     }
 
     /// Removes the completions of QP `qpn` not yet polled, keeping the
@@ -157,6 +177,12 @@ impl Cq {
     /// Kernel mode: the kernel's object for this CQ.
     pub fn set_kernel(&self, k: Kernel, handle: u32) {
         let _ = self.kernel.set((k, handle));
+        let ring = {
+            let _g = self.produce.lock();
+            // SAFETY: `produce` is held.
+            unsafe { self.ring() }.kernel_offset()
+        };
+        self.tell_ring(ring);
     }
 
     /// Kernel mode: the handle of the kernel's object for this CQ.
@@ -166,9 +192,12 @@ impl Cq {
 
     /// Stores one completion; false if the CQ is full (an overrun). On a CQ
     /// armed for it, the completion also disarms the CQ and (kernel mode)
-    /// signals its completion channel.
+    /// signals its completion channel; stored by a thread inside
+    /// `ibv_poll_cq` of this CQ, whose poll returns it, the event waits for
+    /// the end of that poll (see [`Polling`]).
     #[inline(always)]
     pub fn push(&self, cqe: Cqe) -> bool {
+        let signal = self.kernel.get().is_some() && !Polling::defers(self, &cqe);
         let event = {
             let _g = self.produce.lock();
             // SAFETY: `produce` is held.
@@ -182,7 +211,7 @@ impl Cq {
             // serialised by `produce`, write it.
             unsafe { ring.write(p, 0, cqe) };
             ring.publish(p.wrapping_add(1));
-            self.kernel.get().is_some() && disarm_for(ring, &cqe)
+            signal && disarm_for(ring, &cqe)
         };
         if event {
             if let Some((k, h)) = self.kernel.get() {
@@ -267,6 +296,55 @@ impl Cq {
         }
     }
 
+    /// `n` messages whose receive completions land here had their event
+    /// raised by the module already.
+    pub fn owe(&self, n: u32) {
+        if n != 0 {
+            self.owed.fetch_add(n, Ordering::AcqRel);
+        }
+    }
+
+    /// A receive completion was stored: one owed, if any, is no more.
+    #[inline]
+    pub fn paid(&self) {
+        if self.owed.load(Ordering::Relaxed) != 0 {
+            let _ = self
+                .owed
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+
+    /// An application polled this CQ, found it empty and did its QPs' work
+    /// (see [`Cq::assist`]), and found it empty again: if the module raised
+    /// the event of a receive completion not stored yet (another thread is
+    /// storing it), waits for it a while, so that the poll that follows a
+    /// completion event finds that completion. Returns what `poll` found.
+    pub fn poll_owed(&self, mut poll: impl FnMut() -> usize) -> usize {
+        const PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+        if self.owed.load(Ordering::Acquire) == 0 {
+            return 0;
+        }
+        let start = std::time::Instant::now();
+        loop {
+            std::thread::yield_now();
+            self.assist();
+            let got = poll();
+            if got > 0 {
+                return got;
+            }
+            if self.owed.load(Ordering::Acquire) == 0 {
+                // Stored meanwhile by the thread that held the stream.
+                return poll();
+            }
+            if start.elapsed() > PATIENCE {
+                // Whoever holds the stream is slow, or the message failed
+                // without a completion: completions raise their own events.
+                self.owed.store(0, Ordering::Release);
+                return poll();
+            }
+        }
+    }
+
     /// An application polled this CQ and found it empty: let that thread do
     /// the data-path work of one of the CQ's QPs (round-robin).
     pub fn assist(&self) {
@@ -286,21 +364,102 @@ impl Cq {
     }
 }
 
+/// A thread inside `ibv_poll_cq`: the completions it stores on that CQ
+/// while it does the data-path work (its poll returns them) raise no event
+/// of their own; when the poll is over, if any is left unpolled, the event
+/// is raised then (when the `Polling` is dropped). So an application woken by the
+/// module's early event (the message came, its completion not stored yet)
+/// and polling does not get a second event for the completion it polled,
+/// nor lose the event of one it did not.
+pub struct Polling<'a> {
+    cq: &'a Cq,
+}
+
+thread_local! {
+    /// The CQ this thread polls (its address; 0: none), and whether an
+    /// event was held back: (any completion, one a solicited-only arming
+    /// would signal).
+    static POLLING: std::cell::Cell<(usize, bool, bool)> =
+        const { std::cell::Cell::new((0, false, false)) };
+}
+
+impl<'a> Polling<'a> {
+    pub fn begin(cq: &'a Cq) -> Polling<'a> {
+        POLLING.with(|p| p.set((cq as *const Cq as usize, false, false)));
+        Polling { cq }
+    }
+
+    /// Whether `cq` is the CQ this thread polls: then `cqe`'s event is
+    /// held back.
+    fn defers(cq: &Cq, cqe: &Cqe) -> bool {
+        POLLING.with(|p| {
+            let (at, _, sol) = p.get();
+            if at != cq as *const Cq as usize {
+                return false;
+            }
+            let s = cqe.wc_flags & CQE_F_SOLICITED != 0 || cqe.status != 0;
+            p.set((at, true, sol || s));
+            true
+        })
+    }
+}
+
+impl Drop for Polling<'_> {
+    /// The poll is over: an event held back is raised if completions are
+    /// left in the CQ.
+    fn drop(&mut self) {
+        let (_, any, solicited) = POLLING.with(|p| p.replace((0, false, false)));
+        if any {
+            self.cq.raise_held(solicited);
+        }
+    }
+}
+
+impl Cq {
+    /// A poll held back an event (`solicited`: for a completion that a
+    /// solicited-only arming signals): raised if completions are left.
+    fn raise_held(&self, solicited: bool) {
+        let event = {
+            let _g = self.produce.lock();
+            // SAFETY: `produce` is held.
+            let ring = unsafe { self.ring() };
+            if ring.used() == 0 {
+                false
+            } else {
+                let arm = &ring.header().arm;
+                let now = arm.load(Ordering::Acquire);
+                let due = now == CQ_ARM_NEXT || (now == CQ_ARM_SOLICITED && solicited);
+                due && arm
+                    .compare_exchange(now, CQ_ARM_NONE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            }
+        };
+        if event {
+            if let Some((k, h)) = self.kernel.get() {
+                let _ = k.cq_notify(*h);
+            }
+        }
+    }
+}
+
 /// Whether `cqe`, just stored, is the event the CQ is armed for (any
 /// completion after `ibv_req_notify_cq(cq, 0)`; after solicited-only arming,
 /// a Send that asked for a solicited event or a failed request); if so the CQ
 /// is disarmed. The caller holds the producer lock, which arming takes too.
+/// In kernel mode the module may take the arm word first (it signals the
+/// channel when a message that completes a receive arrives): whoever swaps
+/// it to `CQ_ARM_NONE` signals.
 fn disarm_for(ring: &Ring, cqe: &Cqe) -> bool {
     let arm = &ring.header().arm;
-    let due = match arm.load(Ordering::Acquire) {
+    let now = arm.load(Ordering::Acquire);
+    let due = match now {
         CQ_ARM_NEXT => true,
         CQ_ARM_SOLICITED => cqe.wc_flags & CQE_F_SOLICITED != 0 || cqe.status != 0,
         _ => false,
     };
-    if due {
-        arm.store(CQ_ARM_NONE, Ordering::Release);
-    }
-    due
+    due && arm
+        .compare_exchange(now, CQ_ARM_NONE, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
 }
 
 impl Drop for Cq {

@@ -76,6 +76,17 @@ impl StreamEvents {
         s.events.swap(0, Ordering::AcqRel)
     }
 
+    /// Takes only the count of messages the module signalled
+    /// ([`EV_SIGNALLED_ONE`]) from `slot`'s events, leaving the rest marked.
+    #[inline]
+    pub fn take_signalled(&self, slot: u32) -> u32 {
+        let Some(s) = self.slot(slot) else { return 0 };
+        if s.events.load(Ordering::Relaxed) < EV_SIGNALLED_ONE {
+            return 0;
+        }
+        s.events.fetch_and(EV_SIGNALLED_ONE - 1, Ordering::AcqRel) >> EV_SIGNALLED_SHIFT
+    }
+
     /// Says who took the slot's last events ([`HINT_APP`] or [`HINT_PROGRESS`]).
     #[inline]
     pub fn hint(&self, slot: u32, hint: u32) {

@@ -283,6 +283,20 @@ impl Kernel {
         )
     }
 
+    /// Names the ring of CQ `handle` (mapped at `offset`): the module may
+    /// take its arm word and signal the completion channel itself.
+    pub fn cq_ring(&self, handle: u32, offset: u64) -> Result<(), Error> {
+        self.method(
+            OBJECT_CQ,
+            METHOD_CQ_RING,
+            "CQ_RING",
+            &[
+                mandatory(ATTR_CQ_RING_HANDLE, 0, handle.into()),
+                mandatory(ATTR_CQ_RING_OFFSET, 8, offset),
+            ],
+        )
+    }
+
     /// The STag of the region whose kernel object is `handle` was
     /// invalidated: the module places nothing more into it (it returns once
     /// a placement under way is over).

@@ -82,6 +82,11 @@ impl Ring {
         })
     }
 
+    /// Kernel mode: where the module's memory of this ring is mapped from.
+    pub fn kernel_offset(&self) -> Option<u64> {
+        self.kernel.as_ref().map(|&(_, off)| off)
+    }
+
     pub fn header(&self) -> &RingHeader {
         // SAFETY: the header was initialised in `new`; its shared fields are atomics.
         unsafe { &*(self.map.as_ptr() as *const RingHeader) }

@@ -135,7 +135,7 @@ static void left_up(void)
 
 static void region_check(void)
 {
-	int pd, other;
+	int pd = 0, other = 0;
 	struct xiw_fpdu w = { .stag = 0x12345, .to = 0x2010, .data_len = 16 };
 	const struct xiw_fpdu_mr good = {
 		.stag = 0x12345, .pd = &pd, .iova = 0x2000, .len = 0x100,
@@ -218,10 +218,77 @@ static void crc(void)
 	CHECK(!xiw_fpdu_crc_ok(t, 3));
 }
 
+/*
+ * An FPDU of an untagged segment (RFC 5041 section 4.4): ULPDU_Length, DDP
+ * control, RDMAP control, Invalidate STag, QN, MSN, MO, payload, pad, CRC.
+ */
+static u32 untagged(u8 *f, u8 ddp, u8 rdmap, u32 qn, const char *payload)
+{
+	u32 n = (u32)strlen(payload), ulpdu = 18 + n, covered = (2 + ulpdu + 3) / 4 * 4;
+
+	memset(f, 0, covered + 4);
+	put_be(f, ulpdu, 2);
+	f[2] = ddp;
+	f[3] = rdmap;
+	put_be(f + 8, qn, 4);
+	put_be(f + 12, 1, 4);
+	memcpy(f + 20, payload, n);
+	return covered + 4;
+}
+
+/* Which FPDUs left for user space complete a receive (xiw_fpdu_event). */
+static void events(void)
+{
+	static const struct {
+		u8 ddp, rdmap;
+		u32 qn;
+		int ev;
+	} cases[] = {
+		{ 0x41, 0x43, 0, XIW_FPDU_EV_RECV },	  /* Send */
+		{ 0x41, 0x44, 0, XIW_FPDU_EV_RECV },	  /* Send with Invalidate */
+		{ 0x41, 0x45, 0, XIW_FPDU_EV_SOLICITED }, /* Send with SE */
+		{ 0x41, 0x46, 0, XIW_FPDU_EV_SOLICITED }, /* ... and Invalidate */
+		{ 0x41, 0x48, 0, XIW_FPDU_EV_RECV },	  /* Immediate Data */
+		{ 0x41, 0x49, 0, XIW_FPDU_EV_SOLICITED }, /* ... with SE */
+		{ 0x01, 0x43, 0, XIW_FPDU_EV_NONE },	  /* not the last segment */
+		{ 0x41, 0x43, 1, XIW_FPDU_EV_NONE },	  /* queue 1 */
+		{ 0x41, 0x41, 1, XIW_FPDU_EV_NONE },	  /* Read Request */
+		{ 0x41, 0x47, 2, XIW_FPDU_EV_NONE },	  /* Terminate */
+		{ 0x41, 0x4a, 3, XIW_FPDU_EV_NONE },	  /* Atomic Request */
+		{ 0x41, 0x40, 0, XIW_FPDU_EV_NONE },	  /* a Write, untagged */
+		{ 0x42, 0x43, 0, XIW_FPDU_EV_NONE },	  /* DDP version 2 */
+		{ 0x43, 0x43, 0, XIW_FPDU_EV_NONE },	  /* DDP version 3 */
+		{ 0x45, 0x43, 0, XIW_FPDU_EV_NONE },	  /* DDP reserved bit */
+		{ 0x41, 0x03, 0, XIW_FPDU_EV_NONE },	  /* RDMAP version 0 */
+		{ 0x41, 0x63, 0, XIW_FPDU_EV_NONE },	  /* RDMAP reserved bit */
+		{ 0xc1, 0x43, 0, XIW_FPDU_EV_NONE },	  /* tagged */
+	};
+	struct xiw_fpdu w;
+	u8 f[64];
+	size_t i;
+	u32 n, have;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		n = untagged(f, cases[i].ddp, cases[i].rdmap, cases[i].qn, "hi");
+		CHECK(xiw_fpdu_event(f, n) == cases[i].ev);
+		/* Never placed, whatever it completes. */
+		CHECK(head(f, n, &w) == XIW_FPDU_UP && w.total == n);
+	}
+	/* Too few bytes to see the queue number: nothing told. */
+	n = untagged(f, 0x41, 0x43, 0, "hi");
+	for (have = 0; have < 12; have++)
+		CHECK(xiw_fpdu_event(f, have) == XIW_FPDU_EV_NONE);
+	CHECK(xiw_fpdu_event(f, 12) == XIW_FPDU_EV_RECV);
+	/* A ULPDU shorter than an untagged header is nothing. */
+	put_be(f, 17, 2);
+	CHECK(xiw_fpdu_event(f, n) == XIW_FPDU_EV_NONE);
+}
+
 int main(void)
 {
 	frames();
 	left_up();
+	events();
 	region_check();
 	crc();
 	printf("xiw_fpdu_frames: %d checks\n", checks);

@@ -118,6 +118,7 @@ impl KernelEvents {
                     bits & xiw_abi::events::EV_DATA != 0,
                     bits & xiw_abi::events::EV_WRITABLE != 0,
                     bits & xiw_abi::events::EV_CLOSED != 0,
+                    bits >> xiw_abi::events::EV_SIGNALLED_SHIFT,
                 )
             }));
             if r.is_err() {

@@ -329,17 +329,22 @@ impl QpCore {
         }
     }
 
+    /// Stores a receive completion; one whose event the module raised
+    /// already is owed no more ([`Cq::owe`]).
+    #[inline]
+    pub fn push_recv_cqe(&self, cqe: Cqe) {
+        self.push_cqe(&self.recv_cq, cqe);
+        self.recv_cq.paid();
+    }
+
     pub fn complete_recv_error(&self, job: &RecvJob, status: u32) {
-        self.push_cqe(
-            &self.recv_cq,
-            Cqe {
-                wr_id: job.wr_id,
-                qp_num: self.qpn,
-                opcode: IBV_WC_RECV as u8,
-                status: status as u8,
-                ..Default::default()
-            },
-        );
+        self.push_recv_cqe(Cqe {
+            wr_id: job.wr_id,
+            qp_num: self.qpn,
+            opcode: IBV_WC_RECV as u8,
+            status: status as u8,
+            ..Default::default()
+        });
     }
 
     /// Records a failure for the progress thread to apply (the first one wins),

@@ -213,6 +213,10 @@ fn read_loop(
             rx.lent = false;
             if let Some((ev, slot)) = events {
                 rx.engine.take_back(ev.tally(slot));
+                // Messages the module raised the receive CQ's event for
+                // are among the bytes from here on (it signals only while
+                // the stream is lent): their completions are owed.
+                qp.recv_cq.owe(ev.take_signalled(slot));
             }
         }
         if n <= 0 {
@@ -508,7 +512,7 @@ impl Placer<'_> {
         if c.solicited {
             cqe.wc_flags |= xiw_abi::ring::CQE_F_SOLICITED;
         }
-        qp.push_cqe(&qp.recv_cq, cqe);
+        qp.push_recv_cqe(cqe);
     }
 }
 

@@ -250,8 +250,14 @@ pub(super) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc
         };
         match poll() {
             0 if n > 0 => {
+                // What this thread stores now, this poll returns: its
+                // events wait for the poll's end (`Polling`).
+                let _polling = crate::cq::Polling::begin(&c.cq);
                 c.cq.assist();
-                poll() as i32
+                match poll() {
+                    0 => c.cq.poll_owed(poll) as i32,
+                    got => got as i32,
+                }
             }
             got => got as i32,
         }

@@ -56,6 +56,21 @@ check "ib_write_lat -R with XIW_KERNEL_PLACE=0: none placed by the module" \
 check "rping -v -C 300: the module placed the server's RDMA Writes (most of 300), data verified" \
     "a=\$(placed); pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v' &&
      grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -ge 150 ]"
+# Completion channels without a detour: when a Send that completes a
+# receive is whole in the socket of a lent stream and the receive CQ is
+# armed, the module takes the arm word and wakes the channel itself; the
+# woken rping thread's own poll then reads it. Counted in cq_events_direct;
+# direct_cq_event=0 leaves every event to the provider (CQ_NOTIFY), as
+# before, and rping still verifies its data.
+direct() { cat /sys/module/xiw/parameters/cq_events_direct; }
+check "rping -v -C 300: completion channels woken from the socket (at least 150), data verified" \
+    "a=\$(direct); pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v' &&
+     grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(direct) && echo \"woken by the module: \$((b - a))\" && [ \$((b - a)) -ge 150 ]"
+check "rping -v -C 300 with direct_cq_event=0: no channel woken by the module, data verified" \
+    "a=\$(direct); echo 0 >/sys/module/xiw/parameters/direct_cq_event;
+     pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v'; r=\$?;
+     echo 1 >/sys/module/xiw/parameters/direct_cq_event;
+     [ \$r -eq 0 ] && grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(direct) && echo \"woken by the module: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
 check "ib_read_lat -R 2 B" \
     "perftest_pair 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F' 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F 10.77.0.1' 18602 && perftest_ok 2 500"
 check "ib_send_bw -R 64 KiB" \

@@ -49,6 +49,7 @@ struct Mr {
 
 extern "C" {
     fn xiw_fpdu_head(hdr: *const u8, have: u32, f: *mut Fpdu) -> i32;
+    fn xiw_fpdu_event(hdr: *const u8, have: u32) -> i32;
     fn xiw_fpdu_check(
         f: *const Fpdu,
         mr: *const Mr,
@@ -74,6 +75,59 @@ fn head(hdr: &[u8], have: usize) -> (i32, Fpdu) {
     // SAFETY: the parser reads at most `have` and at most XIW_FPDU_HEAD bytes.
     let r = unsafe { xiw_fpdu_head(copy.as_ptr(), have as u32, &mut f) };
     (r, f)
+}
+
+/// `xiw_fpdu_event` on a copy of the first `have` bytes of `hdr`.
+fn event(hdr: &[u8], have: usize) -> i32 {
+    let copy = hdr[..have.min(hdr.len())].to_vec();
+    // SAFETY: the parser reads at most `have` bytes.
+    unsafe { xiw_fpdu_event(copy.as_ptr(), copy.len() as u32) }
+}
+
+/// What `xiw_fpdu_event` says of the FPDU at the head of `rest` (nothing
+/// past its first 16 bytes read), checked against the engine's parse: a
+/// receive is claimed only for the last segment of a Send or Immediate Data
+/// on queue 0, RDMAP version 1, solicited exactly when the engine says so.
+fn check_event(rest: &[u8], placed: bool) {
+    let k = rest.len().min(HEAD);
+    let ev = event(rest, k);
+    let mut padded = [0x5au8; HEAD];
+    padded[..k].copy_from_slice(&rest[..k]);
+    // SAFETY: reads at most `k` of the 16 bytes.
+    let again = unsafe { xiw_fpdu_event(padded.as_ptr(), k as u32) };
+    assert_eq!(ev, again, "reads past what it has");
+    assert!((0..=2).contains(&ev), "event {ev}");
+    if ev == 0 {
+        return;
+    }
+    assert!(!placed, "a Write placed is no receive");
+    if rest.len() < 2 + ddp::UNTAGGED_HDR_LEN {
+        // The stream ends before the header does: nothing for the engine.
+        return;
+    }
+    let (h, _) = ddp::HeaderRepr::parse(&rest[2..]).expect("an untagged DDP header");
+    assert!(
+        matches!(h.kind, ddp::Kind::Untagged { qn: 0, .. }),
+        "{:?}",
+        h.kind
+    );
+    assert!(h.last);
+    let c = rdmap::Ctrl::from_byte(h.rdmap_ctrl);
+    assert_eq!(c.version, rdmap::RDMAP_VERSION);
+    let op = c.opcode().expect("an opcode");
+    assert!(
+        matches!(
+            op,
+            rdmap::Opcode::Send
+                | rdmap::Opcode::SendInvalidate
+                | rdmap::Opcode::SendSolicited
+                | rdmap::Opcode::SendSolicitedInvalidate
+                | rdmap::Opcode::ImmediateData
+                | rdmap::Opcode::ImmediateDataSolicited
+        ),
+        "{op:?}"
+    );
+    assert_eq!(ev == 2, op.is_solicited());
 }
 
 /// A PD as the module knows it: a pointer only compared.
@@ -268,6 +322,7 @@ fuzz_target!(|data: &[u8]| {
         hdr[..k].copy_from_slice(&rest[..k]);
         assert_eq!(head(&hdr, rest.len()), (r, f), "reads past what it has");
         assert!(matches!(r, MORE | PLACE | UP), "result {r}");
+        check_event(rest, r == PLACE);
         if rest.len() >= 2 {
             assert_eq!(Some(f.total as usize), mpa::peek_fpdu_len(rest));
         }
