@@ -35,6 +35,11 @@ pub struct Cq {
     /// yet: a poll that finds the CQ empty waits for them
     /// ([`Cq::poll_owed`]).
     owed: AtomicU32,
+    /// Threads waiting in [`Cq::poll_owed`] (changed under `produce`), and
+    /// the events the completions other threads stored meanwhile held back
+    /// for them (bit 0: any; bit 1: one a solicited-only arming signals).
+    waiting: AtomicU32,
+    held: AtomicU32,
     /// QPs whose completions land here, for [`Cq::assist`].
     qps: Mutex<Vec<Weak<dyn Assist>>>,
     next_assist: AtomicUsize,
@@ -54,6 +59,8 @@ impl Cq {
             consume: parking_lot::Mutex::new(()),
             overflowed: AtomicBool::new(false),
             owed: AtomicU32::new(0),
+            waiting: AtomicU32::new(0),
+            held: AtomicU32::new(0),
             qps: Mutex::new(Vec::new()),
             next_assist: AtomicUsize::new(0),
             kernel: OnceLock::new(),
@@ -163,6 +170,25 @@ impl Cq {
         ring.publish(c.wrapping_add(kept));
     }
 
+    /// Before the application arms the CQ again: a completion whose event
+    /// the module raised already (the application re-arms after that event,
+    /// and polls next) is stored first, by this thread if it can; stored
+    /// after the arming, it would raise a second event for the completion
+    /// the coming poll returns.
+    pub fn settle_owed(&self) {
+        if self.owed.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let start = std::time::Instant::now();
+        self.assist();
+        while self.owed.load(Ordering::Acquire) != 0
+            && start.elapsed() < std::time::Duration::from_millis(10)
+        {
+            std::thread::yield_now();
+            self.assist();
+        }
+    }
+
     /// Arms the CQ (`ibv_req_notify_cq`): `arm` is `CQ_ARM_NEXT` or
     /// `CQ_ARM_SOLICITED`. Under the producer lock, so no resize loses it.
     pub fn arm(&self, arm: u32) {
@@ -197,7 +223,8 @@ impl Cq {
     /// the end of that poll (see [`Polling`]).
     #[inline(always)]
     pub fn push(&self, cqe: Cqe) -> bool {
-        let signal = self.kernel.get().is_some() && !Polling::defers(self, &cqe);
+        let kernel = self.kernel.get().is_some();
+        let signal = kernel && !Polling::defers(self, &cqe);
         let event = {
             let _g = self.produce.lock();
             // SAFETY: `produce` is held.
@@ -211,7 +238,14 @@ impl Cq {
             // serialised by `produce`, write it.
             unsafe { ring.write(p, 0, cqe) };
             ring.publish(p.wrapping_add(1));
-            signal && disarm_for(ring, &cqe)
+            if signal && self.waiting.load(Ordering::Relaxed) != 0 {
+                // A poll waits for an owed completion and returns this one:
+                // its event is that poll's to raise if it is left.
+                self.held.fetch_or(held_bits(&cqe), Ordering::Relaxed);
+                false
+            } else {
+                signal && disarm_for(ring, &cqe)
+            }
         };
         if event {
             if let Some((k, h)) = self.kernel.get() {
@@ -324,25 +358,41 @@ impl Cq {
         if self.owed.load(Ordering::Acquire) == 0 {
             return 0;
         }
+        {
+            let _g = self.produce.lock();
+            self.waiting.fetch_add(1, Ordering::Relaxed);
+        }
         let start = std::time::Instant::now();
-        loop {
+        let got = loop {
             std::thread::yield_now();
             self.assist();
             let got = poll();
             if got > 0 {
-                return got;
+                break got;
             }
             if self.owed.load(Ordering::Acquire) == 0 {
                 // Stored meanwhile by the thread that held the stream.
-                return poll();
+                break poll();
             }
             if start.elapsed() > PATIENCE {
                 // Whoever holds the stream is slow, or the message failed
                 // without a completion: completions raise their own events.
                 self.owed.store(0, Ordering::Release);
-                return poll();
+                break poll();
             }
+        };
+        let held = {
+            let _g = self.produce.lock();
+            if self.waiting.fetch_sub(1, Ordering::Relaxed) == 1 {
+                self.held.swap(0, Ordering::Relaxed)
+            } else {
+                0
+            }
+        };
+        if held != 0 {
+            self.raise_held(held & 2 != 0);
         }
+        got
     }
 
     /// An application polled this CQ and found it empty: let that thread do
@@ -397,8 +447,7 @@ impl<'a> Polling<'a> {
             if at != cq as *const Cq as usize {
                 return false;
             }
-            let s = cqe.wc_flags & CQE_F_SOLICITED != 0 || cqe.status != 0;
-            p.set((at, true, sol || s));
+            p.set((at, true, sol || held_bits(cqe) & 2 != 0));
             true
         })
     }
@@ -439,6 +488,16 @@ impl Cq {
                 let _ = k.cq_notify(*h);
             }
         }
+    }
+}
+
+/// The `held` bits of a completion whose event is held back: 1, and 2 if a
+/// solicited-only arming signals it (a solicited Send, a failure).
+fn held_bits(cqe: &Cqe) -> u32 {
+    if cqe.wc_flags & CQE_F_SOLICITED != 0 || cqe.status != 0 {
+        3
+    } else {
+        1
     }
 }
 

@@ -276,6 +276,7 @@ pub(super) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited: i32) -
         } else {
             xiw_abi::ring::CQ_ARM_NEXT
         };
+        c.cq.settle_owed();
         c.cq.app_waits();
         c.cq.arm(arm);
         0
