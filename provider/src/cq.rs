@@ -47,6 +47,9 @@ pub struct Cq {
     /// completion channel the module signals when a completion lands on the
     /// armed CQ.
     kernel: OnceLock<(Kernel, u32)>,
+    /// Kernel mode: the module is told the ring, so that it may raise the
+    /// CQ's events itself (XIW_KERNEL_EVENTS).
+    kernel_events: AtomicBool,
 }
 
 impl Cq {
@@ -64,6 +67,7 @@ impl Cq {
             qps: Mutex::new(Vec::new()),
             next_assist: AtomicUsize::new(0),
             kernel: OnceLock::new(),
+            kernel_events: AtomicBool::new(false),
         })
     }
 
@@ -140,6 +144,9 @@ impl Cq {
     /// so that it may signal the completion channel itself. A module that
     /// cannot leaves that to [`Cq::push`] alone.
     fn tell_ring(&self, offset: Option<u64>) {
+        if !self.kernel_events.load(Ordering::Relaxed) {
+            return;
+        }
         if let (Some((k, h)), Some(off)) = (self.kernel.get(), offset) {
             let _ = k.cq_ring(*h, off);
         }
@@ -201,8 +208,10 @@ impl Cq {
     }
 
     /// Kernel mode: the kernel's object for this CQ.
-    pub fn set_kernel(&self, k: Kernel, handle: u32) {
+    /// With `events`, the module may raise its events itself.
+    pub fn set_kernel(&self, k: Kernel, handle: u32, events: bool) {
         let _ = self.kernel.set((k, handle));
+        self.kernel_events.store(events, Ordering::Relaxed);
         let ring = {
             let _g = self.produce.lock();
             // SAFETY: `produce` is held.

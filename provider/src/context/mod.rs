@@ -117,6 +117,10 @@ pub struct Config {
     /// the socket of a connection it set up (XIW_KERNEL_PLACE=0: the
     /// provider places everything itself).
     pub kernel_place: bool,
+    /// Kernel mode: the module may raise an armed CQ's completion event
+    /// itself when a message that completes a receive comes on a lent
+    /// stream (XIW_KERNEL_EVENTS=1; off by default).
+    pub kernel_events: bool,
 }
 
 impl Config {
@@ -140,6 +144,7 @@ impl Config {
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             kernel_place: num("XIW_KERNEL_PLACE", 1) != 0,
+            kernel_events: num("XIW_KERNEL_EVENTS", 0) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             confirm: std::env::var("XIW_COMPLETION").is_ok_and(|v| v.trim() == "placed"),
         }

@@ -58,7 +58,7 @@ pub(super) fn new_cq(
         match k.create_cq(p as u64, cqe as u32, ch, vector as u32) {
             // SAFETY: p is the CQ just made, not yet handed out.
             Ok(h) => unsafe {
-                (*p).cq.set_kernel(k, h);
+                (*p).cq.set_kernel(k, h, sh.cfg.kernel_events);
                 (*(*p).vcq.cq_ex).handle = h;
             },
             Err(e) => {
