@@ -481,16 +481,7 @@ impl Cq {
             let _g = self.produce.lock();
             // SAFETY: `produce` is held.
             let ring = unsafe { self.ring() };
-            if ring.used() == 0 {
-                false
-            } else {
-                let arm = &ring.header().arm;
-                let now = arm.load(Ordering::Acquire);
-                let due = now == CQ_ARM_NEXT || (now == CQ_ARM_SOLICITED && solicited);
-                due && arm
-                    .compare_exchange(now, CQ_ARM_NONE, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            }
+            ring.used() != 0 && take_arm(ring, solicited)
         };
         if event {
             if let Some((k, h)) = self.kernel.get() {
@@ -518,13 +509,16 @@ fn held_bits(cqe: &Cqe) -> u32 {
 /// channel when a message that completes a receive arrives): whoever swaps
 /// it to `CQ_ARM_NONE` signals.
 fn disarm_for(ring: &Ring, cqe: &Cqe) -> bool {
+    take_arm(ring, held_bits(cqe) & 2 != 0)
+}
+
+/// Takes the arm word if the CQ is armed for a completion (`solicited`:
+/// one that a solicited-only arming signals too): true if this caller
+/// raises the event (the module may take it first).
+fn take_arm(ring: &Ring, solicited: bool) -> bool {
     let arm = &ring.header().arm;
     let now = arm.load(Ordering::Acquire);
-    let due = match now {
-        CQ_ARM_NEXT => true,
-        CQ_ARM_SOLICITED => cqe.wc_flags & CQE_F_SOLICITED != 0 || cqe.status != 0,
-        _ => false,
-    };
+    let due = now == CQ_ARM_NEXT || (now == CQ_ARM_SOLICITED && solicited);
     due && arm
         .compare_exchange(now, CQ_ARM_NONE, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
