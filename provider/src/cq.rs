@@ -186,14 +186,7 @@ impl Cq {
         if self.owed.load(Ordering::Acquire) == 0 {
             return;
         }
-        let start = std::time::Instant::now();
-        self.assist();
-        while self.owed.load(Ordering::Acquire) != 0
-            && start.elapsed() < std::time::Duration::from_millis(10)
-        {
-            std::thread::yield_now();
-            self.assist();
-        }
+        self.work_owed(std::time::Duration::from_millis(10), || false);
     }
 
     /// Arms the CQ (`ibv_req_notify_cq`): `arm` is `CQ_ARM_NEXT` or
@@ -339,6 +332,23 @@ impl Cq {
         }
     }
 
+    /// Does the data-path work of the CQ's QPs until no completion is owed
+    /// or `found` says there is one to return; false if `patience` ran
+    /// out first.
+    fn work_owed(&self, patience: std::time::Duration, mut found: impl FnMut() -> bool) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            self.assist();
+            if found() || self.owed.load(Ordering::Acquire) == 0 {
+                return true;
+            }
+            if start.elapsed() > patience {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// `n` messages whose receive completions land here had their event
     /// raised by the module already.
     pub fn owe(&self, n: u32) {
@@ -371,25 +381,20 @@ impl Cq {
             let _g = self.produce.lock();
             self.waiting.fetch_add(1, Ordering::Relaxed);
         }
-        let start = std::time::Instant::now();
-        let got = loop {
-            std::thread::yield_now();
-            self.assist();
-            let got = poll();
-            if got > 0 {
-                break got;
-            }
-            if self.owed.load(Ordering::Acquire) == 0 {
-                // Stored meanwhile by the thread that held the stream.
-                break poll();
-            }
-            if start.elapsed() > PATIENCE {
+        let mut got = 0;
+        let paid = self.work_owed(PATIENCE, || {
+            got = poll();
+            got > 0
+        });
+        if got == 0 {
+            if !paid {
                 // Whoever holds the stream is slow, or the message failed
                 // without a completion: completions raise their own events.
                 self.owed.store(0, Ordering::Release);
-                break poll();
             }
-        };
+            // Stored meanwhile by the thread that held the stream, if any.
+            got = poll();
+        }
         let held = {
             let _g = self.produce.lock();
             if self.waiting.fetch_sub(1, Ordering::Relaxed) == 1 {
