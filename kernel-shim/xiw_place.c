@@ -290,7 +290,7 @@ static int xiw_place_actor(read_descriptor_t *desc, struct sk_buff *skb,
 {
 	struct xiw_place *p = desc->arg.data;
 	u8 hdr[XIW_FPDU_HEAD];
-	struct xiw_fpdu f;
+	struct xiw_fpdu f = {};
 	size_t used = 0;
 	u32 have;
 
