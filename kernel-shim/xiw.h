@@ -222,6 +222,8 @@ struct xiw_cep;
 int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param);
 int xiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *param);
 int xiw_iw_reject(struct iw_cm_id *id, const void *pdata, u8 len);
+int xiw_cm_qp_stream(struct xiw_qp *qp, int fd, bool crc);
+int xiw_cm_qp_unshare(struct xiw_qp *qp);
 int xiw_iw_create_listen(struct iw_cm_id *id, int backlog);
 int xiw_iw_destroy_listen(struct iw_cm_id *id);
 void xiw_cm_qp_down(struct xiw_qp *qp, enum ib_qp_state state);

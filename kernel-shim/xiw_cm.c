@@ -247,10 +247,14 @@ static void xiw_cep_stream(struct xiw_cep *cep, struct xiw_ucontext *uctx,
 	write_unlock_bh(&sk->sk_callback_lock);
 }
 
-/* Watches the socket: its data (`data` set) and its state. */
-static void xiw_cep_watch(struct xiw_cep *cep, bool data)
+/*
+ * Watches the socket: its data (`data` set) and its state. False if the
+ * socket is someone else's to watch.
+ */
+static bool xiw_cep_watch(struct xiw_cep *cep, bool data)
 {
 	struct sock *sk = cep->sock->sk;
+	bool ours;
 
 	write_lock_bh(&sk->sk_callback_lock);
 	if (!sk->sk_user_data) {
@@ -260,8 +264,12 @@ static void xiw_cep_watch(struct xiw_cep *cep, bool data)
 		cep->orig_state_change = sk->sk_state_change;
 		sk->sk_state_change = xiw_sk_state_change;
 	}
-	sk->sk_data_ready = data ? xiw_sk_data_ready : cep->orig_data_ready;
+	ours = sk->sk_user_data == cep;
+	if (ours)
+		sk->sk_data_ready = data ? xiw_sk_data_ready :
+				    cep->orig_data_ready;
 	write_unlock_bh(&sk->sk_callback_lock);
+	return ours;
 }
 
 /* Gives the socket its own callbacks back. */
@@ -1131,6 +1139,87 @@ void xiw_cm_qp_destroyed(struct xiw_qp *qp)
 	}
 	mutex_unlock(&cep->lock);
 	xiw_cep_put_n(cep, n + 1);
+}
+
+/*
+ * The provider lets go of a stream it connected itself (it ends it, or
+ * connects the QP anew): the module watches it no more and lets its socket
+ * go. -EBUSY for a QP whose stream rdma_cm set up.
+ */
+int xiw_cm_qp_unshare(struct xiw_qp *qp)
+{
+	struct xiw_cep *cep = xiw_qp_cep(qp);
+	int rv = 0, n = 0;
+
+	if (!cep)
+		return 0;
+	mutex_lock(&cep->lock);
+	if (cep->cm_id)
+		rv = -EBUSY;
+	else
+		n = xiw_cep_end(cep);
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n + 1);
+	return rv;
+}
+
+/*
+ * A stream the provider connected itself (modify_qp with the peer's address,
+ * the MPA exchange its own) becomes one the module watches, as one it hands
+ * over: its events marked in the QP's slot, its Writes placed while the
+ * provider lends it. The module holds the socket's file until the stream
+ * ends or the QP goes. A stream the QP had before ends first.
+ */
+int xiw_cm_qp_stream(struct xiw_qp *qp, int fd, bool crc)
+{
+	struct xiw_ucontext *uctx = qp->uctx;
+	struct xiw_cep *cep;
+	struct socket *sock;
+	struct sock *sk;
+	int rv, n = 0;
+
+	if (!uctx || !uctx->events || qp->ev_slot < 0)
+		return -EOPNOTSUPP;
+	sock = sockfd_lookup(fd, &rv);
+	if (!sock)
+		return rv;
+	sk = sock->sk;
+	rv = -EINVAL;
+	if (sock->type != SOCK_STREAM || sk->sk_protocol != IPPROTO_TCP ||
+	    (sk->sk_family != AF_INET && sk->sk_family != AF_INET6))
+		goto put;
+	rv = -ENOTCONN;
+	if (sk->sk_state != TCP_ESTABLISHED)
+		goto put;
+	rv = xiw_cm_qp_unshare(qp);
+	if (rv)
+		goto put;
+	rv = -ENOMEM;
+	cep = xiw_cep_alloc(to_xdev(qp->base.device));
+	if (!cep)
+		goto put;
+	mutex_lock(&cep->lock);
+	/* The lookup's reference to the file is the endpoint's now. */
+	cep->sock = sock;
+	cep->file = sock->file;
+	cep->crc = crc;
+	cep->state = XIW_CEP_CONNECTED;
+	rv = xiw_cep_claim(cep, qp);
+	if (!rv && !xiw_cep_watch(cep, false))
+		rv = -EBUSY;
+	if (!rv) {
+		xiw_cep_stream(cep, uctx, qp->ev_slot);
+		/* The peer may have gone meanwhile: the work looks. */
+		xiw_cep_kick(cep);
+	} else {
+		n = xiw_cep_end(cep);
+	}
+	mutex_unlock(&cep->lock);
+	xiw_cep_put_n(cep, n);
+	return rv;
+put:
+	sockfd_put(sock);
+	return rv;
 }
 
 /* The next endpoint of one of the context's lists, with the list's reference. */

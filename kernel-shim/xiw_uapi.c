@@ -51,6 +51,33 @@ static int UVERBS_HANDLER(XIW_METHOD_CQ_RING)(struct uverbs_attr_bundle *attrs)
 			       to_xcq(cq), off);
 }
 
+/*
+ * The provider connected the QP's stream itself (modify_qp): the module
+ * watches it from now on, as a stream it handed over (xiw_cm_qp_stream());
+ * or, descriptor XIW_QP_STREAM_NONE, no more (xiw_cm_qp_unshare()).
+ */
+static int UVERBS_HANDLER(XIW_METHOD_QP_STREAM)(struct uverbs_attr_bundle *attrs)
+{
+	struct ib_qp *qp = uverbs_attr_get_obj(attrs, XIW_ATTR_QP_STREAM_HANDLE);
+	u32 fd, flags;
+	int rv;
+
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
+	rv = uverbs_get_const(&fd, attrs, XIW_ATTR_QP_STREAM_FD);
+	if (!rv)
+		rv = uverbs_get_const(&flags, attrs, XIW_ATTR_QP_STREAM_FLAGS);
+	if (rv)
+		return rv;
+	if (flags & ~XIW_QP_STREAM_CRC)
+		return -EINVAL;
+	if (fd == XIW_QP_STREAM_NONE)
+		return xiw_cm_qp_unshare(to_xqp(qp));
+	if (fd > INT_MAX)
+		return -EBADF;
+	return xiw_cm_qp_stream(to_xqp(qp), fd, flags & XIW_QP_STREAM_CRC);
+}
+
 static const enum ib_event_type xiw_qp_events[] = {
 	IB_EVENT_QP_FATAL, IB_EVENT_QP_REQ_ERR, IB_EVENT_QP_ACCESS_ERR,
 	IB_EVENT_COMM_EST, IB_EVENT_SQ_DRAINED, IB_EVENT_QP_LAST_WQE_REACHED,
@@ -183,8 +210,19 @@ ADD_UVERBS_METHODS(xiw_cq_methods, UVERBS_OBJECT_CQ,
 		   &UVERBS_METHOD(XIW_METHOD_CQ_EVENT),
 		   &UVERBS_METHOD(XIW_METHOD_CQ_RING));
 
+DECLARE_UVERBS_NAMED_METHOD(XIW_METHOD_QP_STREAM,
+			    UVERBS_ATTR_IDR(XIW_ATTR_QP_STREAM_HANDLE,
+					    UVERBS_OBJECT_QP,
+					    UVERBS_ACCESS_WRITE,
+					    UA_MANDATORY),
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_QP_STREAM_FD, u32,
+						 UA_MANDATORY),
+			    UVERBS_ATTR_CONST_IN(XIW_ATTR_QP_STREAM_FLAGS, u32,
+						 UA_MANDATORY));
+
 ADD_UVERBS_METHODS(xiw_qp_methods, UVERBS_OBJECT_QP,
-		   &UVERBS_METHOD(XIW_METHOD_QP_EVENT));
+		   &UVERBS_METHOD(XIW_METHOD_QP_EVENT),
+		   &UVERBS_METHOD(XIW_METHOD_QP_STREAM));
 
 ADD_UVERBS_METHODS(xiw_srq_methods, UVERBS_OBJECT_SRQ,
 		   &UVERBS_METHOD(XIW_METHOD_SRQ_EVENT));

@@ -83,7 +83,27 @@ enum xiw_uverbs_cq_ring_attrs {
  */
 enum xiw_uverbs_qp_methods {
 	XIW_METHOD_QP_EVENT = XIW_UVERBS_DRIVER_NS,
+	XIW_METHOD_QP_STREAM,
 };
+
+/*
+ * QP_STREAM: the provider connected the QP's stream itself (modify_qp with
+ * the peer's address; its own MPA exchange): the module watches it from
+ * now on as a stream rdma_cm handed over (its events marked in the QP's
+ * slot, its Writes placed while lent), and holds the socket until it ends
+ * or the QP goes. Attributes: the QP's handle, the socket's descriptor in
+ * the calling process, flags (XIW_QP_STREAM_CRC: MPA CRC was agreed). The
+ * descriptor XIW_QP_STREAM_NONE: the provider lets go of the stream (it
+ * ends it, or connects the QP anew), and so does the module.
+ */
+enum xiw_uverbs_qp_stream_attrs {
+	XIW_ATTR_QP_STREAM_HANDLE = XIW_UVERBS_DRIVER_NS,
+	XIW_ATTR_QP_STREAM_FD,
+	XIW_ATTR_QP_STREAM_FLAGS,
+};
+
+#define XIW_QP_STREAM_CRC	1u
+#define XIW_QP_STREAM_NONE	0xffffffffu
 
 enum xiw_uverbs_srq_methods {
 	XIW_METHOD_SRQ_EVENT = XIW_UVERBS_DRIVER_NS,

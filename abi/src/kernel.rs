@@ -259,6 +259,19 @@ pub const OBJECT_SRQ: u16 = 5;
 pub const METHOD_QP_EVENT: u16 = DRIVER_NS;
 pub const METHOD_CQ_EVENT: u16 = DRIVER_NS + 1;
 pub const METHOD_SRQ_EVENT: u16 = DRIVER_NS;
+/// The module's method on a QP whose stream the provider connected itself
+/// (modify_qp, its own MPA exchange): the module watches that socket from
+/// then on as one rdma_cm handed over (its events marked in the QP's slot,
+/// its Writes placed while lent) and holds it until it ends or the QP goes.
+pub const METHOD_QP_STREAM: u16 = DRIVER_NS + 1;
+pub const ATTR_QP_STREAM_HANDLE: u16 = DRIVER_NS;
+/// The socket's descriptor in the calling process, or `QP_STREAM_NONE`.
+pub const ATTR_QP_STREAM_FD: u16 = DRIVER_NS + 1;
+/// `QP_STREAM_CRC` if MPA CRC was agreed.
+pub const ATTR_QP_STREAM_FLAGS: u16 = DRIVER_NS + 2;
+pub const QP_STREAM_CRC: u32 = 1;
+/// `ATTR_QP_STREAM_FD`: the provider lets go of the QP's stream.
+pub const QP_STREAM_NONE: u32 = u32::MAX;
 /// `UVERBS_OBJECT_DEVICE`: methods on the caller's own context.
 pub const OBJECT_DEVICE: u16 = 0;
 /// The next connection rdma_cm set up for one of the context's QPs, MPA done

@@ -165,6 +165,18 @@ fn c_header_matches_rust_layout() {
             "XIW_ATTR_CQ_RING_OFFSET",
             kernel::ATTR_CQ_RING_OFFSET as u64,
         ),
+        ("XIW_METHOD_QP_STREAM", kernel::METHOD_QP_STREAM as u64),
+        (
+            "XIW_ATTR_QP_STREAM_HANDLE",
+            kernel::ATTR_QP_STREAM_HANDLE as u64,
+        ),
+        ("XIW_ATTR_QP_STREAM_FD", kernel::ATTR_QP_STREAM_FD as u64),
+        (
+            "XIW_ATTR_QP_STREAM_FLAGS",
+            kernel::ATTR_QP_STREAM_FLAGS as u64,
+        ),
+        ("XIW_QP_STREAM_CRC", kernel::QP_STREAM_CRC as u64),
+        ("XIW_QP_STREAM_NONE", kernel::QP_STREAM_NONE as u64),
         ("XIW_METHOD_SRQ_EVENT", kernel::METHOD_SRQ_EVENT as u64),
         ("XIW_ATTR_EVENT_HANDLE", kernel::ATTR_EVENT_HANDLE as u64),
         ("XIW_ATTR_EVENT_TYPE", kernel::ATTR_EVENT_TYPE as u64),

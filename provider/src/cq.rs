@@ -19,6 +19,10 @@ pub trait Assist: Send + Sync {
     fn assist(&self);
     /// The application arms the CQ to wait for an event.
     fn app_waits(&self);
+    /// If `cq` is this QP's receive CQ: the messages whose completion event
+    /// the module raised already, counted in the QP's events slot, are owed
+    /// there from now on ([`Cq::owe`]).
+    fn collect_signalled(&self, cq: &Cq);
 }
 
 pub struct Cq {
@@ -183,6 +187,7 @@ impl Cq {
     /// after the arming, it would raise a second event for the completion
     /// the coming poll returns.
     pub fn settle_owed(&self) {
+        self.collect_signalled(true);
         if self.owed.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -349,6 +354,31 @@ impl Cq {
         }
     }
 
+    /// Kernel events: the module counts the messages it raised this CQ's
+    /// event for in their QP's events slot the moment it does, while the
+    /// thread that stores their completions takes the count only once it
+    /// reads them. An application thread about to arm the CQ, or finding it
+    /// empty after an event, takes the counts itself, so that it waits for
+    /// those completions instead of arming for them again (a second event)
+    /// or giving up on them. `wait`: for the QP list's lock (else a thread
+    /// changing the list means nothing is taken this time).
+    fn collect_signalled(&self, wait: bool) {
+        if !self.kernel_events.load(Ordering::Relaxed) {
+            return;
+        }
+        let qps = if wait {
+            self.qps.lock()
+        } else {
+            match self.qps.try_lock() {
+                Some(q) => q,
+                None => return,
+            }
+        };
+        for q in qps.iter().filter_map(|q| q.upgrade()) {
+            q.collect_signalled(self);
+        }
+    }
+
     /// `n` messages whose receive completions land here had their event
     /// raised by the module already.
     pub fn owe(&self, n: u32) {
@@ -371,11 +401,14 @@ impl Cq {
     /// (see [`Cq::assist`]), and found it empty again: if the module raised
     /// the event of a receive completion not stored yet (another thread is
     /// storing it), waits for it a while, so that the poll that follows a
-    /// completion event finds that completion. Returns what `poll` found.
-    pub fn poll_owed(&self, mut poll: impl FnMut() -> usize) -> usize {
+    /// completion event finds that completion. Returns what `poll` found,
+    /// and the events held back meanwhile ([`HeldEvent`]), for the caller
+    /// to raise once the completions it returns are consumed.
+    pub fn poll_owed(&self, mut poll: impl FnMut() -> usize) -> (usize, HeldEvent) {
         const PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+        self.collect_signalled(false);
         if self.owed.load(Ordering::Acquire) == 0 {
-            return 0;
+            return (0, HeldEvent::default());
         }
         {
             let _g = self.produce.lock();
@@ -403,10 +436,7 @@ impl Cq {
                 0
             }
         };
-        if held != 0 {
-            self.raise_held(held & 2 != 0);
-        }
-        got
+        (got, HeldEvent(held))
     }
 
     /// An application polled this CQ and found it empty: let that thread do
@@ -467,21 +497,51 @@ impl<'a> Polling<'a> {
     }
 }
 
+impl Polling<'_> {
+    /// The work of the poll is over, but the completions it returns are
+    /// consumed later (extended polling: at `end_poll`): the event held
+    /// back, for [`Cq::raise_held`] then.
+    pub fn finish(self) -> HeldEvent {
+        let held = Polling::take();
+        std::mem::forget(self);
+        held
+    }
+
+    fn take() -> HeldEvent {
+        let (_, any, solicited) = POLLING.with(|p| p.replace((0, false, false)));
+        HeldEvent(u32::from(any) | u32::from(solicited) << 1)
+    }
+}
+
 impl Drop for Polling<'_> {
     /// The poll is over: an event held back is raised if completions are
     /// left in the CQ.
     fn drop(&mut self) {
-        let (_, any, solicited) = POLLING.with(|p| p.replace((0, false, false)));
-        if any {
-            self.cq.raise_held(solicited);
-        }
+        self.cq.raise_held(Polling::take());
+    }
+}
+
+/// Events a poll held back (the `held` bits: 1 any completion, 2 one that a
+/// solicited-only arming signals too), raised when that poll is over if
+/// completions are left.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct HeldEvent(pub u32);
+
+impl std::ops::BitOr for HeldEvent {
+    type Output = HeldEvent;
+    fn bitor(self, o: HeldEvent) -> HeldEvent {
+        HeldEvent(self.0 | o.0)
     }
 }
 
 impl Cq {
-    /// A poll held back an event (`solicited`: for a completion that a
-    /// solicited-only arming signals): raised if completions are left.
-    fn raise_held(&self, solicited: bool) {
+    /// A poll held back an event: raised if completions are left unpolled
+    /// and the CQ is armed for one of them.
+    pub fn raise_held(&self, held: HeldEvent) {
+        if held.0 == 0 {
+            return;
+        }
+        let solicited = held.0 & 2 != 0;
         let event = {
             let _g = self.produce.lock();
             // SAFETY: `produce` is held.

@@ -297,6 +297,36 @@ impl Kernel {
         )
     }
 
+    /// The stream of QP `handle`, which the provider connected itself
+    /// (socket `fd`; `crc`: MPA CRC agreed), is the module's to watch from
+    /// now on, as a stream rdma_cm handed over.
+    pub fn qp_stream(&self, handle: u32, fd: i32, crc: bool) -> Result<(), Error> {
+        self.qp_stream_attr(handle, fd as u32, crc)
+    }
+
+    /// The module lets go of the stream of QP `handle` that
+    /// [`Kernel::qp_stream`] gave it.
+    pub fn qp_unshare(&self, handle: u32) -> Result<(), Error> {
+        self.qp_stream_attr(handle, QP_STREAM_NONE, false)
+    }
+
+    fn qp_stream_attr(&self, handle: u32, fd: u32, crc: bool) -> Result<(), Error> {
+        self.method(
+            OBJECT_QP,
+            METHOD_QP_STREAM,
+            "QP_STREAM",
+            &[
+                mandatory(ATTR_QP_STREAM_HANDLE, 0, handle.into()),
+                mandatory(ATTR_QP_STREAM_FD, 8, fd.into()),
+                mandatory(
+                    ATTR_QP_STREAM_FLAGS,
+                    8,
+                    if crc { QP_STREAM_CRC.into() } else { 0 },
+                ),
+            ],
+        )
+    }
+
     /// The STag of the region whose kernel object is `handle` was
     /// invalidated: the module places nothing more into it (it returns once
     /// a placement under way is over).
@@ -385,12 +415,14 @@ impl Kernel {
         what: &'static str,
         attrs: &[IoctlAttr],
     ) -> Result<(), Error> {
+        const MAX: usize = 4;
         #[repr(C)]
         struct Call {
             hdr: IoctlHdr,
-            attrs: [IoctlAttr; 2],
+            attrs: [IoctlAttr; MAX],
         }
-        let n = attrs.len().min(2);
+        debug_assert!(attrs.len() <= MAX);
+        let n = attrs.len().min(MAX);
         let mut call = Call {
             hdr: IoctlHdr {
                 length: (size_of::<IoctlHdr>() + n * size_of::<IoctlAttr>()) as u16,
@@ -400,7 +432,7 @@ impl Kernel {
                 driver_id: DRIVER_ID,
                 ..Default::default()
             },
-            attrs: [IoctlAttr::default(); 2],
+            attrs: [IoctlAttr::default(); MAX],
         };
         call.attrs[..n].copy_from_slice(&attrs[..n]);
         const IOCTL: rustix::ioctl::Opcode = RDMA_VERBS_IOCTL as rustix::ioctl::Opcode;

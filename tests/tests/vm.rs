@@ -122,7 +122,10 @@ fn a_device_is_added_seen_and_removed_in_the_guest() {
 /// signals (`-e`, and `tests/c/xiw_channel.c`: arming, solicited-only
 /// events, failed requests, two CQs on one channel), and async events
 /// through the kernel (`xiw_async.c`: port down and up; `xiw_events.c`: QP
-/// fatal events against destroy).
+/// fatal events against destroy); the provider's own streams shared with
+/// the module, which places their RDMA Writes (its count of FPDUs placed
+/// grows under `ib_write_lat` and `ib_write_bw`, and not with
+/// `XIW_KERNEL_PLACE=0`).
 #[test]
 fn modify_qp_programs_and_completion_channels_in_the_guest() {
     let _g = serial();

@@ -63,9 +63,12 @@ pub struct QpCore {
     pub kernel: std::sync::OnceLock<u32>,
     /// Kernel mode: the QP's slot in the context's events page.
     pub ev_slot: std::sync::OnceLock<u32>,
-    /// The stream is one the module handed over, whose events it marks in
-    /// `ev_slot`: nobody watches the socket itself.
+    /// The module marks the stream's events in `ev_slot` (a stream it
+    /// handed over, or one shared with it): nobody watches the socket itself.
     pub evented: AtomicBool,
+    /// The stream is one this QP connected and shared with the module
+    /// ([`QpCore::share_stream`]).
+    shared: AtomicBool,
     pub sq: Ring,
     pub rq: Option<Ring>,
     /// Serialises the producers of `sq` (and a reset emptying it); holds
@@ -141,6 +144,7 @@ impl QpCore {
             kernel: std::sync::OnceLock::new(),
             ev_slot: std::sync::OnceLock::new(),
             evented: AtomicBool::new(false),
+            shared: AtomicBool::new(false),
             sq,
             rq,
             sq_post: parking_lot::Mutex::new(0),
@@ -282,6 +286,47 @@ impl QpCore {
             self.sh.reactor.unwatch(fd);
         } else {
             let _ = self.sh.reactor.watch_data_new(fd, self.qpn);
+        }
+    }
+
+    /// Kernel mode: a stream this QP connected itself (modify_qp with the
+    /// peer's address) becomes the module's to watch as well, as one rdma_cm
+    /// handed over is: it marks the stream's events in the QP's slot and
+    /// places RDMA Writes from it while the receive side lends it
+    /// (XIW_KERNEL_PLACE=0 leaves such a stream to the progress thread).
+    /// A module that cannot leaves it as it is.
+    pub fn share_stream(&self, fd: i32, crc: bool) {
+        if self.evented.load(Ordering::Acquire) || !self.sh.cfg.kernel_place {
+            return;
+        }
+        let (Some(k), Some(&h), Some(_), Some(_)) = (
+            self.sh.kernel,
+            self.kernel.get(),
+            self.ev_slot.get(),
+            self.sh.kernel_events.page.as_ref(),
+        ) else {
+            return;
+        };
+        match k.qp_stream(h, fd, crc) {
+            Ok(()) => {
+                self.shared.store(true, Ordering::Release);
+                self.evented.store(true, Ordering::Release);
+            }
+            Err(e) => crate::log::debug(
+                &self.sh.log,
+                format_args!("qp {}: the module does not watch its stream: {e}", self.qpn),
+            ),
+        }
+    }
+
+    /// The stream goes from the data path: a stream shared with the module
+    /// ([`QpCore::share_stream`]) is the module's no more.
+    pub fn unshare_stream(&self) {
+        if !self.shared.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        if let (Some(k), Some(&h)) = (self.sh.kernel, self.kernel.get()) {
+            let _ = k.qp_unshare(h);
         }
     }
 

@@ -378,6 +378,7 @@ impl Qp {
         self.lock_rx().fd = None;
         self.lock_tx().fd = None;
         self.evented.store(false, Ordering::Release);
+        self.unshare_stream();
     }
 
     /// A failure found on the QP's stream or its work: it goes as the
@@ -531,6 +532,15 @@ impl crate::cq::Assist for Qp {
 
     fn app_waits(&self) {
         Qp::app_waits(self)
+    }
+
+    fn collect_signalled(&self, cq: &crate::cq::Cq) {
+        if !std::ptr::eq(std::sync::Arc::as_ptr(&self.recv_cq), cq) {
+            return;
+        }
+        if let Some((ev, slot)) = self.stream_events() {
+            cq.owe(ev.take_signalled(slot));
+        }
     }
 }
 

@@ -46,6 +46,7 @@ pub(super) fn new_cq(
         },
         cq,
         cur: UnsafeCell::new(None),
+        held: UnsafeCell::new(Default::default()),
         wc_flags,
         domain: ptr::null_mut(),
     });
@@ -255,7 +256,11 @@ pub(super) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc
                 let _polling = crate::cq::Polling::begin(&c.cq);
                 c.cq.assist();
                 match poll() {
-                    0 => c.cq.poll_owed(poll) as i32,
+                    0 => {
+                        let (got, held) = c.cq.poll_owed(poll);
+                        c.cq.raise_held(held);
+                        got as i32
+                    }
                     got => got as i32,
                 }
             }
@@ -314,7 +319,9 @@ pub(super) unsafe extern "C" fn cq_start_poll(
         // SAFETY: cq is ours.
         let c = unsafe { cq_ex(cq) };
         // As poll_cq: an empty CQ lets this thread do a QP's data-path work,
-        // then looks again.
+        // then looks again, and waits a while for a completion whose event
+        // the module raised already. The events of what this thread stores
+        // meanwhile wait for end_poll, which consumes what it returns.
         let load = || {
             c.cq.lock_consumer();
             // SAFETY: lock held.
@@ -328,8 +335,25 @@ pub(super) unsafe extern "C" fn cq_start_poll(
         };
         match load() {
             libc::ENOENT => {
+                let polling = crate::cq::Polling::begin(&c.cq);
                 c.cq.assist();
-                load()
+                let mut r = load();
+                let mut held = crate::cq::HeldEvent::default();
+                if r == libc::ENOENT {
+                    let (_, h) = c.cq.poll_owed(|| {
+                        r = load();
+                        usize::from(r == 0)
+                    });
+                    held = h;
+                }
+                held = held | polling.finish();
+                if r == 0 {
+                    // SAFETY: the consumer lock is held until end_poll.
+                    unsafe { *c.held.get() = held };
+                } else {
+                    c.cq.raise_held(held);
+                }
+                r
             }
             r => r,
         }
@@ -357,8 +381,11 @@ pub(super) unsafe extern "C" fn cq_end_poll(cq: *mut ibv_cq_ex) {
         if unsafe { (*c.cur.get()).take().is_some() } {
             c.cq.advance();
         }
+        // SAFETY: as above.
+        let held = std::mem::take(unsafe { &mut *c.held.get() });
         // SAFETY: start_poll took the lock.
         unsafe { c.cq.unlock_consumer() };
+        c.cq.raise_held(held);
     })
 }
 

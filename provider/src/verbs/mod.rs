@@ -156,6 +156,9 @@ pub struct XiwCq {
     pub cq: Arc<Cq>,
     /// Extended polling: the completion `start_poll`/`next_poll` is looking at.
     cur: UnsafeCell<Option<Cqe>>,
+    /// Extended polling: the events held back while `start_poll` did the
+    /// data-path work, raised at `end_poll` if completions are left.
+    held: UnsafeCell<crate::cq::HeldEvent>,
     wc_flags: u64,
     /// The parent domain named at creation (`IBV_CQ_INIT_ATTR_MASK_PD`), or null.
     domain: *mut ibv_pd,

@@ -6,7 +6,7 @@
 # processes run in the guest, on dummy0. Runs tests/c/xiw_channel.c,
 # xiw_async.c and xiw_events.c (built on the host, given to run.sh). Prints "ok: ..." or "FAIL: ..." per check and
 # exits with the number of failures.
-# needs: /usr/bin/ib_write_lat /usr/bin/ib_send_bw /usr/bin/ib_read_lat /usr/bin/ib_send_lat
+# needs: /usr/bin/ib_write_lat /usr/bin/ib_send_bw /usr/bin/ib_read_lat /usr/bin/ib_send_lat /usr/bin/ib_write_bw
 . /lib.sh
 # pair PROGRAM ARGS...: the program as server, and as client of 10.77.0.1.
 pairs() {
@@ -65,6 +65,20 @@ check "port events through the kernel's async event fd (xiw_async)" \
 check "QP fatal events through the kernel, destroy waiting for their acknowledgement (xiw_events)" \
     "xiw_events 10"
 check "ib_write_lat 2 B" "pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 2000 -F && grep -qE '^ *2 +2000' /tmp/client"
+# A stream the provider connected itself is shared with the module
+# (XIW_METHOD_QP_STREAM), which places its RDMA Writes from the socket as it
+# does those of rdma_cm's streams; XIW_KERNEL_PLACE=0 keeps it the
+# provider's alone.
+placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
+check "ib_write_lat: the module places the Writes of a stream the provider connected (at least 1000 of both sides' 2 x 1000)" \
+    "a=\$(placed); pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 1000 -F && grep -qE '^ *2 +1000' /tmp/client &&
+     b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
+check "ib_write_lat with XIW_KERNEL_PLACE=0: none placed by the module" \
+    "a=\$(placed); export XIW_KERNEL_PLACE=0; pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 300 -F; r=\$?; unset XIW_KERNEL_PLACE;
+     [ \$r -eq 0 ] && grep -qE '^ *2 +300' /tmp/client && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
+check "ib_write_bw 64 KiB, Writes placed by the module" \
+    "a=\$(placed); pairs ib_write_bw -d xiw0 -x 0 -s 65536 -n 500 -F && grep -qE '^ *65536 +500' /tmp/client &&
+     b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -gt 0 ]"
 check "ib_read_lat 2 B" "pairs ib_read_lat -d xiw0 -x 0 -s 2 -n 1000 -F && grep -qE '^ *2 +1000' /tmp/client"
 check "ib_send_bw 64 KiB" "pairs ib_send_bw -d xiw0 -x 0 -s 65536 -n 500 -F; send_bw_ok 65536 500"
 check "rdma link delete xiw0" "rdma link delete xiw0"
