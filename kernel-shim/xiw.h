@@ -194,7 +194,7 @@ void xiw_stream_mark(struct xiw_stream_ev *ev, u32 bits);
 void xiw_stream_mark_for_app(struct xiw_stream_ev *ev, u32 bits);
 int xiw_cq_ring_set(struct xiw_ucontext *uctx, struct xiw_cq *cq, u64 off);
 void xiw_cq_ring_put(struct xiw_cq *cq);
-bool xiw_cq_event(struct ib_cq *cq, bool solicited);
+bool xiw_cq_event(struct ib_cq *cq, bool solicited, struct xiw_stream_ev *ev);
 void xiw_stream_ev_init(struct xiw_stream_ev *ev);
 void xiw_stream_ev_stop(struct xiw_stream_ev *ev);
 

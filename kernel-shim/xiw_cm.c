@@ -188,9 +188,11 @@ static void xiw_sk_stream_data_ready(struct sock *sk)
 	case XIW_PLACE_ALL:
 		break;
 	case XIW_PLACE_LEFT_SIGNALLED:
-		/* The woken application reads it, or the progress thread later. */
+		/*
+		 * Marked for the woken application to read (or the progress
+		 * thread later) as its channel was woken.
+		 */
 		orig = cep->orig_data_ready;
-		xiw_stream_mark_for_app(&cep->ev, XIW_EV_DATA);
 		break;
 	default:
 		orig = cep->orig_data_ready;

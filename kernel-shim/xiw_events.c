@@ -321,9 +321,11 @@ void xiw_cq_ring_put(struct xiw_cq *cq)
  * the completion, and wakes the completion channel now, so that the woken
  * application's own poll reads the socket and finds the completion. True
  * if it did. The arm word is the provider's memory: a compare-and-swap
- * from a value the provider writes, nothing else.
+ * from a value the provider writes, nothing else. The message is counted
+ * in the stream's slot (`ev`) before the channel is woken, so that the
+ * woken application, arming again, knows its completion is owed.
  */
-bool xiw_cq_event(struct ib_cq *cq, bool solicited)
+bool xiw_cq_event(struct ib_cq *cq, bool solicited, struct xiw_stream_ev *ev)
 {
 	struct xiw_cq *xcq = to_xcq(cq);
 	bool fire = false;
@@ -338,9 +340,12 @@ bool xiw_cq_event(struct ib_cq *cq, bool solicited)
 		       cmpxchg(arm, v, XIW_CQ_ARM_NONE) == v;
 	}
 	rcu_read_unlock();
-	if (fire && cq->comp_handler)
+	if (!fire)
+		return false;
+	xiw_stream_mark_for_app(ev, XIW_EV_DATA);
+	if (cq->comp_handler)
 		cq->comp_handler(cq, cq->cq_context);
-	return fire;
+	return true;
 }
 
 /* The slot of a stream whose events are marked (ev->uctx set). */

@@ -327,7 +327,7 @@ static bool xiw_place_signal(struct sock *sk, struct xiw_stream_ev *ev,
 {
 	if (!READ_ONCE(direct_cq_event) || p->event == XIW_FPDU_EV_NONE ||
 	    !ev->rcq || (u32)tcp_inq(sk) < p->next_total ||
-	    !xiw_cq_event(ev->rcq, p->event == XIW_FPDU_EV_SOLICITED))
+	    !xiw_cq_event(ev->rcq, p->event == XIW_FPDU_EV_SOLICITED, ev))
 		return false;
 	atomic64_inc(&xiw_cq_events_direct);
 	return true;

@@ -21,7 +21,7 @@ pub trait Assist: Send + Sync {
     fn app_waits(&self);
     /// If `cq` is this QP's receive CQ: the messages whose completion event
     /// the module raised already, counted in the QP's events slot, are owed
-    /// there from now on ([`Cq::owe`]).
+    /// there from now on ([`Cq::owe_signalled`]).
     fn collect_signalled(&self, cq: &Cq);
 }
 
@@ -379,11 +379,27 @@ impl Cq {
         }
     }
 
-    /// `n` messages whose receive completions land here had their event
-    /// raised by the module already.
-    pub fn owe(&self, n: u32) {
-        if n != 0 {
-            self.owed.fetch_add(n, Ordering::AcqRel);
+    /// The messages the module counted in `slot` of `ev` (a QP whose receive
+    /// CQ this is) as it raised this CQ's event for them are owed here from
+    /// now on. Owed before they are taken from the slot, so that no thread
+    /// arming the CQ meanwhile finds them neither counted there nor owed
+    /// (it would arm for them again: a second event); a thread that took
+    /// fewer (another took them) gives back the difference.
+    pub fn owe_signalled(&self, ev: &crate::events_page::StreamEvents, slot: u32) {
+        let seen = ev.signalled(slot);
+        if seen == 0 {
+            return;
+        }
+        self.owed.fetch_add(seen, Ordering::AcqRel);
+        let took = ev.take_signalled(slot);
+        if took > seen {
+            self.owed.fetch_add(took - seen, Ordering::AcqRel);
+        } else if took < seen {
+            let _ = self
+                .owed
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    Some(n.saturating_sub(seen - took))
+                });
         }
     }
 

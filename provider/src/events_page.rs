@@ -76,6 +76,28 @@ impl StreamEvents {
         s.events.swap(0, Ordering::AcqRel)
     }
 
+    /// Takes the marks of `slot` (`EV_DATA`, `EV_WRITABLE`, `EV_CLOSED`),
+    /// leaving its count of messages signalled ([`StreamEvents::signalled`])
+    /// for [`Cq::owe_signalled`](crate::cq::Cq::owe_signalled).
+    #[inline]
+    pub fn take_marks(&self, slot: u32) -> u32 {
+        const MARKS: u32 = EV_SIGNALLED_ONE - 1;
+        let Some(s) = self.slot(slot) else { return 0 };
+        // A plain load first, as in `take`.
+        if s.events.load(Ordering::Relaxed) & MARKS == 0 {
+            return 0;
+        }
+        s.events.fetch_and(!MARKS, Ordering::AcqRel) & MARKS
+    }
+
+    /// The count of messages the module signalled in `slot`, not taken.
+    #[inline]
+    pub fn signalled(&self, slot: u32) -> u32 {
+        self.slot(slot).map_or(0, |s| {
+            s.events.load(Ordering::Acquire) >> EV_SIGNALLED_SHIFT
+        })
+    }
+
     /// Takes only the count of messages the module signalled
     /// ([`EV_SIGNALLED_ONE`]) from `slot`'s events, leaving the rest marked.
     #[inline]

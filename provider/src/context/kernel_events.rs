@@ -108,7 +108,7 @@ impl KernelEvents {
                 ev.take(s);
                 continue;
             };
-            let bits = ev.take(s);
+            let bits = ev.take_marks(s);
             if bits == 0 {
                 continue;
             }
@@ -118,7 +118,6 @@ impl KernelEvents {
                     bits & xiw_abi::events::EV_DATA != 0,
                     bits & xiw_abi::events::EV_WRITABLE != 0,
                     bits & xiw_abi::events::EV_CLOSED != 0,
-                    bits >> xiw_abi::events::EV_SIGNALLED_SHIFT,
                 )
             }));
             if r.is_err() {

@@ -52,9 +52,7 @@ pub trait Endpoint: Send + Sync {
     fn on_connection(&self, writable: bool);
     /// An event on the established stream.
     /// `closed`: its end may have come (read to the end of what it has).
-    /// `signalled`: kernel mode, messages among the bytes whose receive
-    /// completion's event the module raised already.
-    fn on_stream(&self, readable: bool, writable: bool, closed: bool, signalled: u32);
+    fn on_stream(&self, readable: bool, writable: bool, closed: bool);
     /// Runs the QP's timers (connection deadline and retries, linger); false
     /// once it has none left.
     fn tick(&self, now: Instant) -> bool;

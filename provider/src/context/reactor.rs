@@ -339,7 +339,6 @@ fn dispatch(sh: &Shared, tok: u64, bits: EventFlags) {
             any(EventFlags::IN | EventFlags::ERR | EventFlags::HUP),
             any(EventFlags::OUT),
             false,
-            0,
         ),
         _ => {}
     }

@@ -375,7 +375,7 @@ impl QpCore {
     }
 
     /// Stores a receive completion; one whose event the module raised
-    /// already is owed no more ([`Cq::owe`]).
+    /// already is owed no more ([`Cq::owe_signalled`]).
     #[inline]
     pub fn push_recv_cqe(&self, cqe: Cqe) {
         self.push_cqe(&self.recv_cq, cqe);

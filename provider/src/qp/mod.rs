@@ -291,8 +291,8 @@ impl Qp {
         if let Some((ev, slot)) = self.stream_events() {
             // The module marked what happened on the stream: nothing, and
             // there is nothing to ask the socket.
-            let bits = ev.take(slot);
-            self.owe(bits);
+            self.recv_cq.owe_signalled(ev, slot);
+            let bits = ev.take_marks(slot);
             if bits == 0 {
                 self.sh
                     .kernel_events
@@ -321,14 +321,6 @@ impl Qp {
         if let Err(f) = rx::poll_readable(&self.core, &self.rx, &self.tx) {
             self.fail_with(f);
         }
-    }
-
-    /// Events taken from the QP's slot (`bits`) count the messages whose
-    /// receive completion's event the module raised already: owed, until
-    /// the bytes read store them.
-    fn owe(&self, bits: u32) {
-        self.recv_cq
-            .owe(bits >> xiw_abi::events::EV_SIGNALLED_SHIFT);
     }
 
     /// Reads what the stream has (`readable`), to its end if that may have
@@ -539,7 +531,7 @@ impl crate::cq::Assist for Qp {
             return;
         }
         if let Some((ev, slot)) = self.stream_events() {
-            cq.owe(ev.take_signalled(slot));
+            cq.owe_signalled(ev, slot);
         }
     }
 }
@@ -582,8 +574,10 @@ impl Endpoint for Qp {
         }
     }
 
-    fn on_stream(&self, readable: bool, writable: bool, closed: bool, signalled: u32) {
-        self.recv_cq.owe(signalled);
+    fn on_stream(&self, readable: bool, writable: bool, closed: bool) {
+        if let Some((ev, slot)) = self.stream_events() {
+            self.recv_cq.owe_signalled(ev, slot);
+        }
         if !self.read_marked(readable, closed) {
             return;
         }
@@ -678,7 +672,7 @@ impl Endpoint for Qp {
         // a CQ may have taken those marks before the stream was attached or
         // the QP in RTS, when there was nothing to read them for: what came
         // before now is read here, what comes later is marked anew.
-        self.on_stream(true, false, true, 0);
+        self.on_stream(true, false, true);
     }
 
     fn apply_deferred(&self) {

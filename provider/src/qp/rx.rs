@@ -216,7 +216,7 @@ fn read_loop(
                 // Messages the module raised the receive CQ's event for
                 // are among the bytes from here on (it signals only while
                 // the stream is lent): their completions are owed.
-                qp.recv_cq.owe(ev.take_signalled(slot));
+                qp.recv_cq.owe_signalled(ev, slot);
             }
         }
         if n <= 0 {
