@@ -117,7 +117,7 @@ pub struct Config {
     pub kernel_place: bool,
     /// Kernel mode: the module may raise an armed CQ's completion event
     /// itself when a message that completes a receive comes on a lent
-    /// stream (XIW_KERNEL_EVENTS=1; off by default).
+    /// stream (XIW_KERNEL_EVENTS=0 leaves every event to the provider).
     pub kernel_events: bool,
 }
 
@@ -142,7 +142,7 @@ impl Config {
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             kernel_place: num("XIW_KERNEL_PLACE", 1) != 0,
-            kernel_events: num("XIW_KERNEL_EVENTS", 0) != 0,
+            kernel_events: num("XIW_KERNEL_EVENTS", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             confirm: std::env::var("XIW_COMPLETION").is_ok_and(|v| v.trim() == "placed"),
         }

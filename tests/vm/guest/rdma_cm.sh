@@ -63,14 +63,17 @@ check "rping -v -C 300: the module placed the server's RDMA Writes (most of 300)
 # direct_cq_event=0 leaves every event to the provider (CQ_NOTIFY), as
 # before, and rping still verifies its data.
 direct() { cat /sys/module/xiw/parameters/cq_events_direct; }
-check "rping -v -C 300 with XIW_KERNEL_EVENTS=1: completion channels woken from the socket (at least 150), data verified" \
-    "a=\$(direct); export XIW_KERNEL_EVENTS=1; pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v';
-     r=\$?; unset XIW_KERNEL_EVENTS; [ \$r -eq 0 ] &&
+check "rping -v -C 300: completion channels woken from the socket (at least 150), data verified" \
+    "a=\$(direct); pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v' &&
      grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(direct) && echo \"woken by the module: \$((b - a))\" && [ \$((b - a)) -ge 150 ]"
-check "rping -v -C 300 with XIW_KERNEL_EVENTS=1 and direct_cq_event=0: no channel woken by the module, data verified" \
-    "a=\$(direct); export XIW_KERNEL_EVENTS=1; echo 0 >/sys/module/xiw/parameters/direct_cq_event;
+check "rping -v -C 300 with direct_cq_event=0: no channel woken by the module, data verified" \
+    "a=\$(direct); echo 0 >/sys/module/xiw/parameters/direct_cq_event;
      pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v'; r=\$?;
-     echo 1 >/sys/module/xiw/parameters/direct_cq_event; unset XIW_KERNEL_EVENTS;
+     echo 1 >/sys/module/xiw/parameters/direct_cq_event;
+     [ \$r -eq 0 ] && grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(direct) && echo \"woken by the module: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
+check "rping -v -C 300 with XIW_KERNEL_EVENTS=0: no channel woken by the module, data verified" \
+    "a=\$(direct); export XIW_KERNEL_EVENTS=0; pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v'; r=\$?;
+     unset XIW_KERNEL_EVENTS;
      [ \$r -eq 0 ] && grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(direct) && echo \"woken by the module: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
 check "ib_read_lat -R 2 B" \
     "perftest_pair 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F' 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F 10.77.0.1' 18602 && perftest_ok 2 500"
@@ -82,10 +85,16 @@ check "ib_atomic_lat -R, fetch and add" \
     "perftest_pair 'ib_atomic_lat -d xiw0 -R -p 18605 -n 500 -F' 'ib_atomic_lat -d xiw0 -R -p 18605 -n 500 -F 10.77.0.1' 18605 && perftest_ok 8 500"
 check "ib_atomic_lat -R, compare and swap" \
     "perftest_pair 'ib_atomic_lat -d xiw0 -R -p 18606 -n 500 -A CMP_AND_SWAP -F' 'ib_atomic_lat -d xiw0 -R -p 18606 -n 500 -A CMP_AND_SWAP -F 10.77.0.1' 18606 && perftest_ok 8 500"
-check "ib_send_lat -R with completion events (-e)" \
-    "perftest_pair 'ib_send_lat -d xiw0 -R -e -p 18607 -s 2 -n 500 -F' 'ib_send_lat -d xiw0 -R -e -p 18607 -s 2 -n 500 -F 10.77.0.1' 18607 && perftest_ok 2 500"
-check "ib_send_lat -R -e with XIW_KERNEL_EVENTS=1" \
-    "export XIW_KERNEL_EVENTS=1; perftest_pair 'ib_send_lat -d xiw0 -R -e -p 18617 -s 2 -n 500 -F' 'ib_send_lat -d xiw0 -R -e -p 18617 -s 2 -n 500 -F 10.77.0.1' 18617; r=\$?; unset XIW_KERNEL_EVENTS; [ \$r -eq 0 ] && perftest_ok 2 500"
+# perftest's event loop takes one event per completion and polls once
+# after it: an event for a completion not stored yet, or two for one, puts
+# its ping-pong out of step until it hangs. Three runs, as one can be lucky.
+send_lat_e() {
+    perftest_pair "ib_send_lat -d xiw0 -R -e -p $1 -s 2 -n 500 -F" "ib_send_lat -d xiw0 -R -e -p $1 -s 2 -n 500 -F 10.77.0.1" "$1" && perftest_ok 2 500
+}
+check "ib_send_lat -R with completion events (-e), three runs" \
+    "send_lat_e 18607 && send_lat_e 18627 && send_lat_e 18637"
+check "ib_send_lat -R -e with XIW_KERNEL_EVENTS=0" \
+    "export XIW_KERNEL_EVENTS=0; perftest_pair 'ib_send_lat -d xiw0 -R -e -p 18617 -s 2 -n 500 -F' 'ib_send_lat -d xiw0 -R -e -p 18617 -s 2 -n 500 -F 10.77.0.1' 18617; r=\$?; unset XIW_KERNEL_EVENTS; [ \$r -eq 0 ] && perftest_ok 2 500"
 # (ib_send_bw -e is not run: perftest's bandwidth loop waits for an event
 # per pass even when completion moderation leaves none due, and hangs now
 # and then on any device; seen with Linux's siw too, 1 run in 8.)
