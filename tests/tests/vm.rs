@@ -168,6 +168,26 @@ fn hostile_peers_against_kernel_placement_in_the_guest() {
     guest("hostile.sh", &["xiw_cm_target", "xiw_hostile_peer"]);
 }
 
+/// The fault tests (tests/tests/faults.rs) in kernel mode: two
+/// `xiw-verbs-check fault` processes on a device the module registered,
+/// whose streams the provider shares with the module, which places their
+/// RDMA Writes. The peer killed with SIGKILL during each kind of
+/// operation; the target's region deregistered under Writes in flight (no
+/// byte lands after `ibv_dereg_mr`, with and without completions confirmed
+/// by the peer); the victim's TCP connection reset mid-stream (`ss -K`).
+/// Every request completes once and in order with the status the fault
+/// calls for, the bystander pair keeps carrying checked traffic, the module
+/// placed Writes meanwhile, and the kernel logs no warning.
+#[test]
+fn faults_in_kernel_mode_in_the_guest() {
+    let _g = serial();
+    guest_on(
+        "bookworm",
+        "faults.sh",
+        &[PathBuf::from(env!("CARGO_BIN_EXE_xiw-verbs-check"))],
+    );
+}
+
 /// Wire interop with Linux's own siw (built from the kernel's source, which
 /// Debian does not ship built) over a veth pair, siw in the initial network
 /// namespace and xiw in another: rping with data verified and perftest -R

@@ -1,0 +1,94 @@
+# Guest: the fault tests of tests/tests/faults.rs in kernel mode. Two
+# `xiw-verbs-check fault` processes (given to run.sh) on a device the module
+# registered connect by modify_qp; the provider shares each stream with the
+# module, which places the RDMA Writes from the socket. One streams one kind
+# of operation to the other (the victim) while the fault strikes, with a QP
+# pair inside its own process carrying checked traffic beside it (the
+# bystander). Every work request must complete exactly once and in order,
+# the first failure with a status the fault calls for and the rest flushed,
+# the victim's QP in error, nothing hanging, and the bystander still
+# carrying checked traffic after. Faults:
+# - the peer killing itself with SIGKILL in the middle of each kind of
+#   operation (send, write, read, atomic, flush, atomic-write);
+# - the target deregistering the region the Writes land in while they are
+#   in flight: no byte may land after ibv_dereg_mr returns (the module's
+#   placement into it waits or stops), with and without completions
+#   confirmed by the peer (XIW_COMPLETION=placed: the refused Write itself
+#   fails with IBV_WC_REM_ACCESS_ERR);
+# - the victim's TCP connection aborted in the middle of the stream (`ss
+#   -K`, which resets it), the bystander's left alone.
+# Then: the module placed Writes meanwhile, no kernel warning, and the
+# processes' kernel objects gone. Prints "ok: ..." or "FAIL: ..." per
+# check; exits with the number of failures.
+# needs: /usr/bin/ss
+# checks: 15
+# modules: inet_diag tcp_diag
+. /lib.sh
+
+placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
+port=7600
+
+# fault KILLED OPTS...: one server and one client with `--case OPTS`; true
+# if the client reports success and the server was killed by SIGKILL
+# (KILLED=1) or reports success too (KILLED=0). $inject, if set, runs
+# beside them with the out-of-band port as its argument.
+fault() {
+    killed=$1
+    shift
+    port=$((port + 1))
+    cases=
+    for c in "$@"; do cases="$cases --case $c"; done
+    xiw-verbs-check fault --dev xiw0 --port $port --timeout 80 $cases >/tmp/server 2>&1 &
+    s=$!
+    wait_listen $port
+    if [ -n "$inject" ]; then
+        $inject $port $s &
+    fi
+    timeout 120 xiw-verbs-check fault --dev xiw0 --port $port --timeout 80 $cases \
+        --server 10.77.0.1 >/tmp/client 2>&1
+    c=$?
+    [ $c -eq 0 ] || kill $s 2>/dev/null
+    wait $s
+    r=$?
+    wait 2>/dev/null
+    echo "--- server ($r)"; tail -3 /tmp/server; echo "--- client ($c)"; tail -3 /tmp/client
+    grep -q "fault ok (client): " /tmp/client && [ $c -eq 0 ] || return 1
+    if [ "$killed" = 1 ]; then
+        [ $r -eq 137 ]
+    else
+        [ $r -eq 0 ] && grep -q "fault ok (server): " /tmp/server
+    fi
+}
+
+# reset PORT SERVER: 1.5 s in, aborts the server's TCP connections but the
+# out-of-band one (the victim's stream; the bystander's are the client's
+# own, to itself).
+reset() {
+    sleep 1.5
+    for lp in $(ss -tnpH state established | grep "pid=$2," | awk '{ print $3 }' | sed 's/.*://'); do
+        [ "$lp" = "$1" ] && continue
+        ss -K -tnH state established "( sport = :$lp )" >/dev/null
+    done
+}
+
+check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
+dmesg -c >/dev/null
+a=$(placed)
+for op in send write read atomic flush atomic-write; do
+    check "the peer killed with SIGKILL during $op" "fault 1 kill op=$op"
+done
+check "memory deregistered while remote Writes are in flight: no byte lands after ibv_dereg_mr" \
+    "fault 0 dereg op=write"
+check "the same with completions confirmed by the peer: the refused Write fails with IBV_WC_REM_ACCESS_ERR" \
+    "export XIW_COMPLETION=placed; fault 0 dereg op=write expect=access; r=\$?; unset XIW_COMPLETION; [ \$r -eq 0 ]"
+check "the victim's TCP connection reset in the middle of the stream" \
+    "inject=reset; fault 0 op=mixed; r=\$?; inject=; [ \$r -eq 0 ]"
+check "the module placed Writes of these streams" \
+    "b=\$(placed); echo \"placed: \$((b - a))\"; [ \$((b - a)) -gt 0 ]"
+sleep 1
+check "no kernel warning" "dmesg >/tmp/dmesg; tail -5 /tmp/dmesg; ! grep -qiE 'WARNING|BUG|Oops|refcount|leak|hung' /tmp/dmesg"
+check "the processes' kernel objects are gone" \
+    "! rdma resource show qp link xiw0/1 | grep -q lqpn && ! rdma resource show mr dev xiw0 | grep -q mrn"
+check "rdma link delete xiw0" "rdma link delete xiw0"
+check "rmmod" "rmmod xiw"
+exit $fails
