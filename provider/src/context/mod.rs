@@ -115,6 +115,10 @@ pub struct Config {
     /// the socket of a connection it set up (XIW_KERNEL_PLACE=0: the
     /// provider places everything itself).
     pub kernel_place: bool,
+    /// Kernel mode: a stream the provider connects itself (modify_qp) is
+    /// shared with the module, which then places its Writes and marks its
+    /// events (XIW_KERNEL_SHARE=1; off by default).
+    pub kernel_share: bool,
     /// Kernel mode: the module may raise an armed CQ's completion event
     /// itself when a message that completes a receive comes on a lent
     /// stream (XIW_KERNEL_EVENTS=0 leaves every event to the provider).
@@ -142,6 +146,7 @@ impl Config {
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             kernel_place: num("XIW_KERNEL_PLACE", 1) != 0,
+            kernel_share: num("XIW_KERNEL_SHARE", 0) != 0,
             kernel_events: num("XIW_KERNEL_EVENTS", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             confirm: std::env::var("XIW_COMPLETION").is_ok_and(|v| v.trim() == "placed"),
