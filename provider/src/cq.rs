@@ -486,16 +486,15 @@ pub struct Polling<'a> {
 }
 
 thread_local! {
-    /// The CQ this thread polls (its address; 0: none), and whether an
-    /// event was held back: (any completion, one a solicited-only arming
-    /// would signal).
-    static POLLING: std::cell::Cell<(usize, bool, bool)> =
-        const { std::cell::Cell::new((0, false, false)) };
+    /// The CQ this thread polls (its address; 0: none), and the events
+    /// held back meanwhile (the `held` bits of [`HeldEvent`]).
+    static POLLING: std::cell::Cell<(usize, u32)> =
+        const { std::cell::Cell::new((0, 0)) };
 }
 
 impl<'a> Polling<'a> {
     pub fn begin(cq: &'a Cq) -> Polling<'a> {
-        POLLING.with(|p| p.set((cq as *const Cq as usize, false, false)));
+        POLLING.with(|p| p.set((cq as *const Cq as usize, 0)));
         Polling { cq }
     }
 
@@ -503,11 +502,11 @@ impl<'a> Polling<'a> {
     /// held back.
     fn defers(cq: &Cq, cqe: &Cqe) -> bool {
         POLLING.with(|p| {
-            let (at, _, sol) = p.get();
+            let (at, held) = p.get();
             if at != cq as *const Cq as usize {
                 return false;
             }
-            p.set((at, true, sol || held_bits(cqe) & 2 != 0));
+            p.set((at, held | held_bits(cqe)));
             true
         })
     }
@@ -524,8 +523,7 @@ impl Polling<'_> {
     }
 
     fn take() -> HeldEvent {
-        let (_, any, solicited) = POLLING.with(|p| p.replace((0, false, false)));
-        HeldEvent(u32::from(any) | u32::from(solicited) << 1)
+        HeldEvent(POLLING.with(|p| p.replace((0, 0))).1)
     }
 }
 
