@@ -433,8 +433,12 @@ static void xiw_stream_mark_as(struct xiw_stream_ev *ev, u32 bits, bool app)
 			return;
 	} while (!try_cmpxchg(&s->events, &old,
 			      (old | bits) + (app ? XIW_EV_SIGNALLED_ONE : 0)));
-	if (old)
-		/* Marked before: the provider has yet to take that. */
+	if (old & (XIW_EV_SIGNALLED_ONE - 1))
+		/*
+		 * Marked before: the provider has yet to take that. A count of
+		 * messages signalled alone is not a mark: the provider takes
+		 * marks and counts apart, and what it left must not hide this.
+		 */
 		return;
 	set_bit(ev->slot, (unsigned long *)((u8 *)uctx->events +
 					    XIW_EVENTS_SUMMARY_OFFSET));

@@ -112,13 +112,11 @@ pub struct Config {
     /// stream takes it (`sent`, the default, as RFC 5040 section 5 allows).
     pub confirm: bool,
     /// Kernel mode: the module places incoming RDMA Writes straight from
-    /// the socket of a connection it set up (XIW_KERNEL_PLACE=0: the
-    /// provider places everything itself).
+    /// the socket of a stream, whether rdma_cm set it up or the provider
+    /// connected it for modify_qp and shared it with the module
+    /// (XIW_KERNEL_PLACE=0: the provider places everything itself, and
+    /// keeps the streams it connects to itself).
     pub kernel_place: bool,
-    /// Kernel mode: a stream the provider connects itself (modify_qp) is
-    /// shared with the module, which then places its Writes and marks its
-    /// events (XIW_KERNEL_SHARE=1; off by default).
-    pub kernel_share: bool,
     /// Kernel mode: the module may raise an armed CQ's completion event
     /// itself when a message that completes a receive comes on a lent
     /// stream (XIW_KERNEL_EVENTS=0 leaves every event to the provider).
@@ -146,7 +144,6 @@ impl Config {
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             kernel_place: num("XIW_KERNEL_PLACE", 1) != 0,
-            kernel_share: num("XIW_KERNEL_SHARE", 0) != 0,
             kernel_events: num("XIW_KERNEL_EVENTS", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             confirm: std::env::var("XIW_COMPLETION").is_ok_and(|v| v.trim() == "placed"),

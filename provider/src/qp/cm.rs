@@ -485,7 +485,6 @@ impl Cm {
             }
         }
         let crc = agreed.crc;
-        qp.share_stream(fd, crc);
         // The responder waits for the ready-to-receive message, if one was agreed.
         let await_rtr = !initiator && agreed.rtr != mpa::Rtr::None;
         {

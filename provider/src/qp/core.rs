@@ -293,12 +293,10 @@ impl QpCore {
     /// peer's address) becomes the module's to watch as well, as one rdma_cm
     /// handed over is: it marks the stream's events in the QP's slot and
     /// places RDMA Writes from it while the receive side lends it
-    /// (only with XIW_KERNEL_SHARE=1; XIW_KERNEL_PLACE=0 leaves such a
-    /// stream to the progress thread).
+    /// (XIW_KERNEL_PLACE=0 leaves such a stream to the progress thread).
     /// A module that cannot leaves it as it is.
     pub fn share_stream(&self, fd: i32, crc: bool) {
-        let cfg = &self.sh.cfg;
-        if self.evented.load(Ordering::Acquire) || !cfg.kernel_place || !cfg.kernel_share {
+        if self.evented.load(Ordering::Acquire) || !self.sh.cfg.kernel_place {
             return;
         }
         let (Some(k), Some(&h), Some(_), Some(_)) = (

@@ -542,11 +542,19 @@ impl cm::Link for Qp {
     }
 
     fn attach_stream(&self, fd: RawFd, recv: recv::Params, send: send::Params) {
-        // Kernel mode: the module places RDMA Writes from a stream whose
-        // events it marks, while the receive side lends it the stream.
-        let lendable = self.sh.cfg.kernel_place && self.stream_events().is_some();
         let mut rx = self.lock_rx();
         let mut tx = self.lock_tx();
+        // Kernel mode: a stream this QP connected itself is shared with the
+        // module here, under the receive lock. The module marks what the
+        // stream holds already (the peer's ready-to-receive message, say)
+        // at once, and a thread polling a CQ that takes those marks then
+        // waits for this lock and reads them from the attached stream:
+        // taken before it, they would be read from no stream, and nothing
+        // the peer sends next would come to mark them again.
+        self.share_stream(fd, recv.crc);
+        // The module places RDMA Writes from a stream whose events it
+        // marks, while the receive side lends it the stream.
+        let lendable = self.sh.cfg.kernel_place && self.stream_events().is_some();
         rx.establish(fd, recv, lendable);
         tx.fd = Some(fd);
         tx.engine.establish(send);

@@ -1,7 +1,7 @@
 # Guest: the fault tests of tests/tests/faults.rs in kernel mode. Two
 # `xiw-verbs-check fault` processes (given to run.sh) on a device the module
 # registered connect by modify_qp; the provider shares each stream with the
-# module (XIW_KERNEL_SHARE=1), which places the RDMA Writes from the socket. One streams one kind
+# module, which places the RDMA Writes from the socket. One streams one kind
 # of operation to the other (the victim) while the fault strikes, with a QP
 # pair inside its own process carrying checked traffic beside it (the
 # bystander). Every work request must complete exactly once and in order,
@@ -24,7 +24,6 @@
 # checks: 15
 # modules: inet_diag tcp_diag
 . /lib.sh
-export XIW_KERNEL_SHARE=1
 
 placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
 port=7600

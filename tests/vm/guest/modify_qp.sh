@@ -65,20 +65,20 @@ check "port events through the kernel's async event fd (xiw_async)" \
 check "QP fatal events through the kernel, destroy waiting for their acknowledgement (xiw_events)" \
     "xiw_events 10"
 check "ib_write_lat 2 B" "pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 2000 -F && grep -qE '^ *2 +2000' /tmp/client"
-# With XIW_KERNEL_SHARE=1 a stream the provider connected itself is shared
-# with the module (XIW_METHOD_QP_STREAM), which places its RDMA Writes from
-# the socket as it does those of rdma_cm's streams; without it, or with
-# XIW_KERNEL_PLACE=0, the stream is the provider's alone.
+# A stream the provider connected itself is shared with the module
+# (XIW_METHOD_QP_STREAM), which places its RDMA Writes from the socket as it
+# does those of rdma_cm's streams; with XIW_KERNEL_PLACE=0 the stream is the
+# provider's alone.
 placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
-check "ib_write_lat, XIW_KERNEL_SHARE=1: the module places the Writes of a stream the provider connected (at least 1000 of both sides' 2 x 1000)" \
-    "a=\$(placed); export XIW_KERNEL_SHARE=1; pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 1000 -F; r=\$?; unset XIW_KERNEL_SHARE;
+check "ib_write_lat: the module places the Writes of a stream the provider connected (at least 1000 of both sides' 2 x 1000)" \
+    "a=\$(placed); pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 1000 -F; r=\$?;
      [ \$r -eq 0 ] && grep -qE '^ *2 +1000' /tmp/client &&
      b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
-check "ib_write_lat with XIW_KERNEL_SHARE=1 and XIW_KERNEL_PLACE=0: none placed by the module" \
-    "a=\$(placed); export XIW_KERNEL_SHARE=1 XIW_KERNEL_PLACE=0; pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 300 -F; r=\$?; unset XIW_KERNEL_PLACE XIW_KERNEL_SHARE;
+check "ib_write_lat with XIW_KERNEL_PLACE=0: none placed by the module" \
+    "a=\$(placed); export XIW_KERNEL_PLACE=0; pairs ib_write_lat -d xiw0 -x 0 -s 2 -n 300 -F; r=\$?; unset XIW_KERNEL_PLACE;
      [ \$r -eq 0 ] && grep -qE '^ *2 +300' /tmp/client && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
-check "ib_write_bw 64 KiB, XIW_KERNEL_SHARE=1: Writes placed by the module" \
-    "a=\$(placed); export XIW_KERNEL_SHARE=1; pairs ib_write_bw -d xiw0 -x 0 -s 65536 -n 500 -F; r=\$?; unset XIW_KERNEL_SHARE;
+check "ib_write_bw 64 KiB: Writes placed by the module" \
+    "a=\$(placed); pairs ib_write_bw -d xiw0 -x 0 -s 65536 -n 500 -F; r=\$?;
      [ \$r -eq 0 ] && grep -qE '^ *65536 +500' /tmp/client &&
      b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -gt 0 ]"
 check "ib_read_lat 2 B" "pairs ib_read_lat -d xiw0 -x 0 -s 2 -n 1000 -F && grep -qE '^ *2 +1000' /tmp/client"
