@@ -419,10 +419,18 @@ impl Cq {
     /// storing it), waits for it a while, so that the poll that follows a
     /// completion event finds that completion. Returns what `poll` found,
     /// and the events held back meanwhile ([`HeldEvent`]), for the caller
-    /// to raise once the completions it returns are consumed.
-    pub fn poll_owed(&self, mut poll: impl FnMut() -> usize) -> (usize, HeldEvent) {
+    /// to raise once the completions it returns are consumed. `collected`:
+    /// the caller's [`Cq::assist`] covered every QP of the CQ, and so took
+    /// their counts of messages signalled already.
+    pub fn poll_owed(
+        &self,
+        collected: bool,
+        mut poll: impl FnMut() -> usize,
+    ) -> (usize, HeldEvent) {
         const PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
-        self.collect_signalled(false);
+        if !collected {
+            self.collect_signalled(false);
+        }
         if self.owed.load(Ordering::Acquire) == 0 {
             return (0, HeldEvent::default());
         }
@@ -456,20 +464,27 @@ impl Cq {
     }
 
     /// An application polled this CQ and found it empty: let that thread do
-    /// the data-path work of one of the CQ's QPs (round-robin).
-    pub fn assist(&self) {
-        let qp = {
+    /// the data-path work of one of the CQ's QPs (round-robin). True if
+    /// that was the CQ's only QP: its assist took whatever the module
+    /// counted for the CQ ([`Assist::collect_signalled`]), and nothing is
+    /// left for [`Cq::poll_owed`] to collect.
+    pub fn assist(&self) -> bool {
+        let (qp, sole) = {
             let Some(qps) = self.qps.try_lock() else {
-                return;
+                return false;
             };
             if qps.is_empty() {
-                return;
+                return false;
             }
             let i = self.next_assist.fetch_add(1, Ordering::Relaxed) % qps.len();
-            qps[i].upgrade()
+            (qps[i].upgrade(), qps.len() == 1)
         };
-        if let Some(qp) = qp {
-            qp.assist();
+        match qp {
+            Some(qp) => {
+                qp.assist();
+                sole
+            }
+            None => false,
         }
     }
 }

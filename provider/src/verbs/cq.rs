@@ -254,10 +254,10 @@ pub(super) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: i32, wc: *mut ibv_wc
                 // What this thread stores now, this poll returns: its
                 // events wait for the poll's end (`Polling`).
                 let _polling = crate::cq::Polling::begin(&c.cq);
-                c.cq.assist();
+                let collected = c.cq.assist();
                 match poll() {
                     0 => {
-                        let (got, held) = c.cq.poll_owed(poll);
+                        let (got, held) = c.cq.poll_owed(collected, poll);
                         c.cq.raise_held(held);
                         got as i32
                     }
@@ -336,11 +336,11 @@ pub(super) unsafe extern "C" fn cq_start_poll(
         match load() {
             libc::ENOENT => {
                 let polling = crate::cq::Polling::begin(&c.cq);
-                c.cq.assist();
+                let collected = c.cq.assist();
                 let mut r = load();
                 let mut held = crate::cq::HeldEvent::default();
                 if r == libc::ENOENT {
-                    let (_, h) = c.cq.poll_owed(|| {
+                    let (_, h) = c.cq.poll_owed(collected, || {
                         r = load();
                         usize::from(r == 0)
                     });
