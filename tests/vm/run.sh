@@ -104,15 +104,19 @@ want() {
 }
 # More modules of the kernel a guest script names on `# modules:` lines.
 more=$(awk '/^# modules:/ { sub(/^# modules:/, ""); print }' "$script")
-# What xiw.ko itself needs (6.1's CRC32c library, with the implementation
-# its crypto lookup loads: modprobe follows that soft dependency, busybox's
-# insmod does not).
+# What xiw.ko itself needs (6.1's CRC32c library, with the implementations
+# its crypto lookup loads: modprobe follows that soft dependency to every
+# module of the alias crypto-crc32c, busybox's insmod does not; the lookup
+# then takes the fastest, the SSE 4.2 one where the CPU has it, as on a real
+# machine).
 own=$(/sbin/modinfo -F depends "$work/build/xiw.ko" | tr ',' ' ')
 case " $own " in
 *" libcrc32c "*)
-    if grep -q '/crc32c_generic\.ko' "$modroot/modules.dep"; then
-        own="crc32c_generic $own"
-    fi
+    for c in crc32c_generic crc32c-intel; do
+        if grep -q "/$c\.ko" "$modroot/modules.dep"; then
+            own="$c $own"
+        fi
+    done
     ;;
 esac
 # shellcheck disable=SC2086 # a list of names
