@@ -168,7 +168,9 @@ fn hostile_peers_against_kernel_placement_in_the_guest() {
     guest("hostile.sh", &["xiw_cm_target", "xiw_hostile_peer"]);
 }
 
-/// The fault tests (tests/tests/faults.rs) in kernel mode: two
+/// Data integrity with the module placing Writes (`xiw-verbs-check
+/// integrity`, every byte of Sends, Writes and Reads of 0 B to 1 MiB
+/// checked), then the fault tests (tests/tests/faults.rs) in kernel mode: two
 /// `xiw-verbs-check fault` processes on a device the module registered,
 /// whose streams the provider shares with the module, which places their
 /// RDMA Writes. The peer killed with SIGKILL during each kind of

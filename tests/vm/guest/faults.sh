@@ -1,4 +1,6 @@
-# Guest: the fault tests of tests/tests/faults.rs in kernel mode. Two
+# Guest: the fault tests of tests/tests/faults.rs in kernel mode, after a
+# data integrity run (tests/tests/integrity.rs's, with the module placing
+# Writes). Two
 # `xiw-verbs-check fault` processes (given to run.sh) on a device the module
 # registered connect by modify_qp; the provider shares each stream with the
 # module, which places the RDMA Writes from the socket. One streams one kind
@@ -21,12 +23,35 @@
 # processes' kernel objects gone. Prints "ok: ..." or "FAIL: ..." per
 # check; exits with the number of failures.
 # needs: /usr/bin/ss
-# checks: 15
+# checks: 16
 # modules: inet_diag tcp_diag
 . /lib.sh
 
 placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
 port=7600
+
+# integrity: `xiw-verbs-check integrity` between two processes, 4 QPs:
+# Sends, RDMA Writes and RDMA Reads of every size from 0 B to 1 MiB (FPDU
+# boundaries included), every byte and completion checked on both sides;
+# true if both report success and the module placed some of the Writes.
+integrity() {
+    port=$((port + 1))
+    a=$(placed)
+    xiw-verbs-check integrity --dev xiw0 --port $port --timeout 80 >/tmp/server 2>&1 &
+    s=$!
+    wait_listen $port
+    timeout 120 xiw-verbs-check integrity --dev xiw0 --port $port --timeout 80 \
+        --server 10.77.0.1 --qps 4 --ops 200 --seed 11 >/tmp/client 2>&1
+    c=$?
+    [ $c -eq 0 ] || kill $s 2>/dev/null
+    wait $s
+    r=$?
+    b=$(placed)
+    echo "--- server ($r)"; tail -2 /tmp/server; echo "--- client ($c)"; tail -2 /tmp/client
+    echo "placed: $((b - a))"
+    [ $c -eq 0 ] && [ $r -eq 0 ] && grep -q "integrity ok (client): " /tmp/client &&
+        grep -q "integrity ok (server): " /tmp/server && [ $((b - a)) -gt 0 ]
+}
 
 # fault KILLED OPTS...: one server and one client with `--case OPTS`; true
 # if the client reports success and the server was killed by SIGKILL
@@ -73,6 +98,8 @@ reset() {
 
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
 dmesg -c >/dev/null
+check "data integrity with the module placing Writes: every byte of Sends, Writes and Reads of 0 B to 1 MiB checked" \
+    "integrity"
 a=$(placed)
 for op in send write read atomic flush atomic-write; do
     check "the peer killed with SIGKILL during $op" "fault 1 kill op=$op"
