@@ -433,7 +433,7 @@ static void xiw_stream_mark_as(struct xiw_stream_ev *ev, u32 bits, bool app)
 			return;
 	} while (!try_cmpxchg(&s->events, &old,
 			      (old | bits) + (app ? XIW_EV_SIGNALLED_ONE : 0)));
-	if (old & (XIW_EV_SIGNALLED_ONE - 1))
+	if (old & XIW_EV_MARKS)
 		/*
 		 * Marked before: the provider has yet to take that. A count of
 		 * messages signalled alone is not a mark: the provider takes

@@ -230,6 +230,8 @@ struct xiw_stream {
  */
 #define XIW_EV_SIGNALLED_SHIFT	8
 #define XIW_EV_SIGNALLED_ONE	(1u << XIW_EV_SIGNALLED_SHIFT)
+/* The marks (the bits below the count), taken apart from the count. */
+#define XIW_EV_MARKS		(XIW_EV_SIGNALLED_ONE - 1)
 
 #define XIW_EV_HINT_PROGRESS	0u
 #define XIW_EV_HINT_APP		1u

@@ -44,6 +44,9 @@ pub const EV_CLOSED: u32 = 1 << 2;
 /// (`METHOD_CQ_RING`): their completions are stored without another event.
 pub const EV_SIGNALLED_SHIFT: u32 = 8;
 pub const EV_SIGNALLED_ONE: u32 = 1 << EV_SIGNALLED_SHIFT;
+/// The marks of `events` (the bits below the count), which the provider
+/// takes apart from the count.
+pub const EV_MARKS: u32 = EV_SIGNALLED_ONE - 1;
 
 /// The provider's progress thread took the slot's last events: the module
 /// wakes it at once.

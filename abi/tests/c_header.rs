@@ -136,6 +136,7 @@ fn c_header_matches_rust_layout() {
         ("XIW_EV_CLOSED", events::EV_CLOSED as u64),
         ("XIW_EV_SIGNALLED_SHIFT", events::EV_SIGNALLED_SHIFT as u64),
         ("XIW_EV_SIGNALLED_ONE", events::EV_SIGNALLED_ONE as u64),
+        ("XIW_EV_MARKS", events::EV_MARKS as u64),
         ("XIW_EV_HINT_PROGRESS", events::HINT_PROGRESS as u64),
         ("XIW_EV_HINT_APP", events::HINT_APP as u64),
         ("XIW_MAX_QP_WR", limits::MAX_QP_WR as u64),

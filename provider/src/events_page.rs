@@ -81,13 +81,12 @@ impl StreamEvents {
     /// for [`Cq::owe_signalled`](crate::cq::Cq::owe_signalled).
     #[inline]
     pub fn take_marks(&self, slot: u32) -> u32 {
-        const MARKS: u32 = EV_SIGNALLED_ONE - 1;
         let Some(s) = self.slot(slot) else { return 0 };
         // A plain load first, as in `take`.
-        if s.events.load(Ordering::Relaxed) & MARKS == 0 {
+        if s.events.load(Ordering::Relaxed) & EV_MARKS == 0 {
             return 0;
         }
-        s.events.fetch_and(!MARKS, Ordering::AcqRel) & MARKS
+        s.events.fetch_and(!EV_MARKS, Ordering::AcqRel) & EV_MARKS
     }
 
     /// The count of messages the module signalled in `slot`, not taken.
@@ -106,7 +105,7 @@ impl StreamEvents {
         if s.events.load(Ordering::Relaxed) < EV_SIGNALLED_ONE {
             return 0;
         }
-        s.events.fetch_and(EV_SIGNALLED_ONE - 1, Ordering::AcqRel) >> EV_SIGNALLED_SHIFT
+        s.events.fetch_and(EV_MARKS, Ordering::AcqRel) >> EV_SIGNALLED_SHIFT
     }
 
     /// Says who took the slot's last events ([`HINT_APP`] or [`HINT_PROGRESS`]).

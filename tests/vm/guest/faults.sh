@@ -37,20 +37,13 @@ port=7600
 integrity() {
     port=$((port + 1))
     a=$(placed)
-    xiw-verbs-check integrity --dev xiw0 --port $port --timeout 80 >/tmp/server 2>&1 &
-    s=$!
-    wait_listen $port
-    timeout 120 xiw-verbs-check integrity --dev xiw0 --port $port --timeout 80 \
-        --server 10.77.0.1 --qps 4 --ops 200 --seed 11 >/tmp/client 2>&1
-    c=$?
-    [ $c -eq 0 ] || kill $s 2>/dev/null
-    wait $s
-    r=$?
+    pair "xiw-verbs-check integrity --dev xiw0 --port $port --timeout 80" \
+        "xiw-verbs-check integrity --dev xiw0 --port $port --timeout 80 --server 10.77.0.1 --qps 4 --ops 200 --seed 11" \
+        $port || return 1
     b=$(placed)
-    echo "--- server ($r)"; tail -2 /tmp/server; echo "--- client ($c)"; tail -2 /tmp/client
     echo "placed: $((b - a))"
-    [ $c -eq 0 ] && [ $r -eq 0 ] && grep -q "integrity ok (client): " /tmp/client &&
-        grep -q "integrity ok (server): " /tmp/server && [ $((b - a)) -gt 0 ]
+    grep -q "integrity ok (client): " /tmp/client && grep -q "integrity ok (server): " /tmp/server &&
+        [ $((b - a)) -gt 0 ]
 }
 
 # fault KILLED OPTS...: one server and one client with `--case OPTS`; true
