@@ -870,6 +870,11 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 		return rv;
 	/* A send of the MPA Request waits no longer than a peer may take. */
 	s->sk->sk_sndtimeo = XIW_MPA_TIMEOUT;
+	/*
+	 * rdma_cm hands out a port again as soon as its last ID is gone, while
+	 * a connection of ours that was closed on it may still be in TIME_WAIT.
+	 */
+	sock_set_reuseaddr(s->sk);
 	rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
 			 xiw_addr_len(&id->local_addr));
 	if (rv) {

@@ -200,7 +200,7 @@ fn faults_in_kernel_mode_in_the_guest() {
 #[test]
 fn interop_with_linux_siw_in_the_guest() {
     let _g = serial();
-    guest("siw.sh", &["xiw_cm_ext"]);
+    guest("siw.sh", &["xiw_cm_ext", "xiw_cm_reconnect"]);
 }
 
 /// Unmodified programs through rdma_cm: fio's rdma engine (RDMA Write,

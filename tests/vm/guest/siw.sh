@@ -8,7 +8,7 @@
 # does not speak, fail cleanly when an application asks for them. Prints
 # "ok: ..." or "FAIL: ..." per check; exits with the number of failures.
 # siw
-# checks: 24 (some run in loops)
+# checks: 26 (some run in loops)
 # modules: veth crc32c_generic libcrc32c
 # needs: /usr/bin/ip /usr/bin/rping /usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_send_bw
 # needs: /usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so /etc/libibverbs.d/siw.driver
@@ -64,6 +64,25 @@ for crc in 1 0; do
              perftest_ok $2 $3"
     done
 done
+
+# One local port for rdma_cm connections in a row (xiw_cm_reconnect): the
+# TIME_WAIT a closed one leaves on it does not keep the next from binding it,
+# as rdma_cm, whose port space forgets the port at once, expects. The
+# servers are persistent rpings on two ports (one 4-tuple per connection).
+# reconnect SERVER_NS_CMD CLIENT_NS_CMD SERVER_ADDR CLIENT_ADDR LPORT [SERVER_NETNS]
+reconnect() {
+    $1 rping -s -P -a $3 -p 7175 >/tmp/server 2>&1 & s1=$!
+    $1 rping -s -P -a $3 -p 7176 >>/tmp/server 2>&1 & s2=$!
+    wait_listen 7175 $6; wait_listen 7176 $6
+    timeout 60 $2 xiw_cm_reconnect $4 $5 $3 7175 7176; c=$?
+    echo "TIME_WAIT on port $5: $($2 netstat -tn | grep -c ":$5 .*TIME_WAIT")"
+    kill $s1 $s2 2>/dev/null; wait $s1 $s2
+    [ $c -eq 0 ]
+}
+check "one local port for two rdma_cm connections in a row, xiw client, siw server" \
+    "reconnect '' '$B' 10.78.0.1 10.78.0.2 40000"
+check "one local port for two rdma_cm connections in a row, siw client, xiw server" \
+    "reconnect '$B' '' 10.78.0.2 10.78.0.1 40001 b"
 
 # siw knows neither RFC 7306 nor the commit draft: asked for, they fail
 # (siw ends the stream) and what follows is flushed; no hang either side.
