@@ -848,6 +848,21 @@ static int xiw_addr_len(const struct sockaddr_storage *a)
 }
 
 /*
+ * A TCP socket of the caller's network namespace whose address may be
+ * bound again at once: rdma_cm hands a port out again as soon as its last
+ * ID is gone, while a connection of ours closed on it may still be in
+ * TIME_WAIT. Accepted sockets take the setting from their listener.
+ */
+static int xiw_tcp_socket(sa_family_t family, struct socket **s)
+{
+	int rv = sock_create(family, SOCK_STREAM, IPPROTO_TCP, s);
+
+	if (!rv)
+		sock_set_reuseaddr((*s)->sk);
+	return rv;
+}
+
+/*
  * Active: connects from the address the connection manager resolved to
  * wherever the routing table reaches (another device's address on this
  * host too, through the loopback), without waiting for it: the work sends
@@ -865,16 +880,11 @@ int xiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *param)
 
 	if (!qp || param->private_data_len > MPA_MAX_PD - MPA_ENHANCED_LEN)
 		return -EINVAL;
-	rv = sock_create(id->remote_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
+	rv = xiw_tcp_socket(id->remote_addr.ss_family, &s);
 	if (rv)
 		return rv;
 	/* A send of the MPA Request waits no longer than a peer may take. */
 	s->sk->sk_sndtimeo = XIW_MPA_TIMEOUT;
-	/*
-	 * rdma_cm hands out a port again as soon as its last ID is gone, while
-	 * a connection of ours that was closed on it may still be in TIME_WAIT.
-	 */
-	sock_set_reuseaddr(s->sk);
 	rv = kernel_bind(s, XIW_SOCKADDR(&id->local_addr),
 			 xiw_addr_len(&id->local_addr));
 	if (rv) {
@@ -1022,10 +1032,9 @@ int xiw_iw_create_listen(struct iw_cm_id *id, int backlog)
 
 	if (!net_eq(dev_net(xdev->ndev), current->nsproxy->net_ns))
 		return 0;
-	rv = sock_create(id->local_addr.ss_family, SOCK_STREAM, IPPROTO_TCP, &s);
+	rv = xiw_tcp_socket(id->local_addr.ss_family, &s);
 	if (rv)
 		return rv;
-	sock_set_reuseaddr(s->sk);
 	if (id->local_addr.ss_family == AF_INET6 && id->afonly)
 		rv = ip6_sock_set_v6only(s->sk);
 	if (!rv && xiw_addr_any(&id->local_addr))

@@ -13,19 +13,9 @@
  * exit: 0 if every connection was established, 1 otherwise.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
 #include "xiw_test.h"
-
-static void addr(struct sockaddr_in *sin, const char *ip, const char *port)
-{
-	memset(sin, 0, sizeof(*sin));
-	sin->sin_family = AF_INET;
-	sin->sin_port = htons((uint16_t)atoi(port));
-	if (inet_pton(AF_INET, ip, &sin->sin_addr) != 1)
-		die("not an IPv4 address: %s", ip);
-}
 
 int main(int argc, char **argv)
 {
@@ -42,9 +32,9 @@ int main(int argc, char **argv)
 
 	if (argc < 5)
 		die("usage: xiw_cm_reconnect LOCAL LPORT SERVER PORT...");
-	addr(&local, argv[1], argv[2]);
+	local = ipv4_addr(argv[1], atoi(argv[2]));
 	for (i = 4; i < argc; i++) {
-		addr(&server, argv[3], argv[i]);
+		server = ipv4_addr(argv[3], atoi(argv[i]));
 		/* No event channel: each call below returns once it is done. */
 		if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP))
 			die("rdma_create_id: %s", strerror(errno));

@@ -53,7 +53,6 @@
  * MPA exchange failed.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -336,7 +335,7 @@ static void scenario(const char *s)
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in sa;
 	uint8_t req[24], rep[20], pd[512];
 	static const uint8_t rtr[14] = { DDP_T | DDP_L | DDP_V1, RDMAP_V1 | OP_WRITE };
 	unsigned int pd_len, ird, ord;
@@ -345,9 +344,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IONBF, 0);
 	if (argc != 5)
 		die("usage: xiw_hostile_peer HOST PORT CRC SCENARIO");
-	sa.sin_port = htons((uint16_t)atoi(argv[2]));
-	if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
-		die("bad address %s", argv[1]);
+	sa = ipv4_addr(argv[1], atoi(argv[2]));
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
 		die("connect: %s", strerror(errno));

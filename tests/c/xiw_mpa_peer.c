@@ -21,7 +21,6 @@
  * exit: 0 once a Reply (and, with an RTR, a response) was read, 1 otherwise.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,7 +81,7 @@ static void read_rtr_exchange(int fd)
 
 int main(int argc, char **argv)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in sa;
 	uint8_t req[24], rep[20 + 512];
 	int fd, rev, enhanced, len, read_rtr, send_rtr_;
 	unsigned int pd;
@@ -98,9 +97,7 @@ int main(int argc, char **argv)
 	send_rtr_ = argc == 8 && !strcmp(argv[7], "send-rtr");
 	if ((read_rtr || send_rtr_) && !enhanced)
 		die("an RTR needs revision 2, enhanced");
-	sa.sin_port = htons((uint16_t)atoi(argv[2]));
-	if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1)
-		die("bad address %s", argv[1]);
+	sa = ipv4_addr(argv[1], atoi(argv[2]));
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
 		die("connect: %s", strerror(errno));

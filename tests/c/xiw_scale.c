@@ -65,7 +65,6 @@
  * reason on stderr otherwise.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -224,12 +223,10 @@ static int ctl_listen_accept(int port)
 
 static int ctl_connect(const char *addr, int port)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct sockaddr_in sa = ipv4_addr(addr, port);
 	double deadline = now_ms() + 10000;
 	int one = 1;
 
-	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
-		die("not an IPv4 address: %s", addr);
 	for (;;) {
 		int c = socket(AF_INET, SOCK_STREAM, 0);
 

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 /* Prints "PROGRAM: message" on stderr and exits 1. */
@@ -34,6 +35,16 @@ static inline void die(const char *fmt, ...)
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 /* Network byte order, for frames built by hand from the RFC figures. */
+/* The IPv4 socket address IP:PORT, or dies saying IP is not one. */
+static inline struct sockaddr_in ipv4_addr(const char *ip, int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+
+	if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1)
+		die("not an IPv4 address: %s", ip);
+	return sa;
+}
+
 static inline void put_be32(uint8_t *p, uint32_t v)
 {
 	p[0] = (uint8_t)(v >> 24);
