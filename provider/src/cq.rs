@@ -339,15 +339,17 @@ impl Cq {
 
     /// Does the data-path work of the CQ's QPs until no completion is owed
     /// or `found` says there is one to return; false if `patience` ran
-    /// out first.
+    /// out first. The clock is read only from the second round on: the
+    /// first mostly pays what is owed, and a clock read is a system call
+    /// where the vDSO cannot read the clock source (a guest on HPET).
     fn work_owed(&self, patience: std::time::Duration, mut found: impl FnMut() -> bool) -> bool {
-        let start = std::time::Instant::now();
+        let mut start = None;
         loop {
             self.assist();
             if found() || self.owed.load(Ordering::Acquire) == 0 {
                 return true;
             }
-            if start.elapsed() > patience {
+            if start.get_or_insert_with(std::time::Instant::now).elapsed() > patience {
                 return false;
             }
             std::thread::yield_now();
