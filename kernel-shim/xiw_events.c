@@ -363,6 +363,7 @@ void xiw_stream_place_reset(struct xiw_stream_ev *ev)
 	WRITE_ONCE(s->flags, 0);
 	WRITE_ONCE(s->write_len, 0);
 	WRITE_ONCE(s->after_write, 0);
+	WRITE_ONCE(s->hand_len, 0);
 }
 
 /* A slot for a new QP, clean; -1 if the context has no events page. */

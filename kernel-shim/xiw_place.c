@@ -13,7 +13,9 @@
  * order, and the stream goes back to the provider (XIW_PLACE_USER and a
  * mark), whose engine keeps every other decision and builds every
  * Terminate. The Write accounting Immediate Data needs travels with the
- * stream in the slot.
+ * stream in the slot. A small FPDU left whole in the socket (a short Send,
+ * say) goes up in the slot instead (XIW_PLACE_HANDED), its bytes as they
+ * came, so that the provider reads no socket for it.
  *
  * A region is pinned at registration when the provider asks (one the peer
  * may write), within the caller's locked-memory limit; one that cannot be
@@ -45,9 +47,15 @@ module_param(direct_cq_event, bool, 0644);
 MODULE_PARM_DESC(direct_cq_event,
 		 "wake an armed CQ's completion channel from the socket when a message completing a receive comes on a lent stream");
 
+static bool hand_up = true;
+module_param(hand_up, bool, 0644);
+MODULE_PARM_DESC(hand_up,
+		 "hand a small FPDU the module does not place up in the QP's events slot instead of leaving it in the socket");
+
 /* Counters read in /sys/module/xiw/parameters. */
 static atomic64_t xiw_fpdus_placed = ATOMIC64_INIT(0);
 static atomic64_t xiw_cq_events_direct = ATOMIC64_INIT(0);
+static atomic64_t xiw_fpdus_handed = ATOMIC64_INIT(0);
 
 static int xiw_counter_get(char *buf, const struct kernel_param *kp)
 {
@@ -64,6 +72,9 @@ module_param_cb(cq_events_direct, &xiw_counter_ops, &xiw_cq_events_direct,
 		0444);
 MODULE_PARM_DESC(cq_events_direct,
 		 "completion channels woken from the socket so far");
+module_param_cb(fpdus_handed, &xiw_counter_ops, &xiw_fpdus_handed, 0444);
+MODULE_PARM_DESC(fpdus_handed,
+		 "FPDUs handed up in events slots from sockets so far");
 
 /* Regions above this are left to the provider (4 GiB of 4 KiB pages). */
 #define XIW_PIN_MAX_PAGES	BIT(20)
@@ -319,17 +330,73 @@ static int xiw_place_actor(read_descriptor_t *desc, struct sk_buff *skb,
 
 /*
  * The FPDU at the head of the stream, which the module did not place,
- * completes a receive (`event`) and is whole in the socket: wake the
- * completion channel of the QP's receive CQ if it is armed for it.
+ * completes a receive (`event`) and is whole in the socket (`whole`): wake
+ * the completion channel of the QP's receive CQ if it is armed for it.
  */
-static bool xiw_place_signal(struct sock *sk, struct xiw_stream_ev *ev,
-			     const struct xiw_place *p)
+static bool xiw_place_signal(struct xiw_stream_ev *ev,
+			     const struct xiw_place *p, bool whole)
 {
 	if (!READ_ONCE(direct_cq_event) || p->event == XIW_FPDU_EV_NONE ||
-	    !ev->rcq || (u32)tcp_inq(sk) < p->next_total ||
+	    !ev->rcq || !whole ||
 	    !xiw_cq_event(ev->rcq, p->event == XIW_FPDU_EV_SOLICITED, ev))
 		return false;
 	atomic64_inc(&xiw_cq_events_direct);
+	return true;
+}
+
+struct xiw_hand {
+	u8 *to;
+	u32 want;
+	u32 got;
+};
+
+static int xiw_hand_actor(read_descriptor_t *desc, struct sk_buff *skb,
+			  unsigned int off, size_t len)
+{
+	struct xiw_hand *h = desc->arg.data;
+	u32 n = min_t(size_t, len, h->want - h->got);
+
+	if (!n || skb_copy_bits(skb, off, h->to + h->got, n)) {
+		desc->count = 0;
+		return 0;
+	}
+	h->got += n;
+	if (h->got == h->want)
+		desc->count = 0;
+	return n;
+}
+
+/*
+ * The FPDU of `total` bytes at the head of the stream, which the module did
+ * not place, is whole in the socket: if it fits the slot, and the provider
+ * has not taken the stream back meanwhile, the stream is handed back
+ * (XIW_PLACE_HANDED) and the FPDU's bytes leave the socket for the slot's
+ * `hand`, the stream's next bytes for the provider; `hand_len`, released
+ * last with XIW_HAND_DONE, says they are there.
+ */
+static bool xiw_place_hand(struct sock *sk, struct xiw_events_slot *s,
+			   u32 total)
+{
+	struct xiw_hand h = { .to = s->hand, .want = total };
+	read_descriptor_t desc = { .arg.data = &h, .count = 1 };
+
+	if (!READ_ONCE(hand_up) || !total || total > XIW_HAND_BYTES)
+		return false;
+	/*
+	 * Cleared before the claim: a mark of a callback before this one
+	 * (XIW_HAND_MORE, which keeps the bits it finds) may have come after
+	 * the provider's own clearing.
+	 */
+	WRITE_ONCE(s->hand_len, 0);
+	if (cmpxchg(&s->place, XIW_PLACE_KERNEL, XIW_PLACE_HANDED) !=
+	    XIW_PLACE_KERNEL)
+		return false;
+	tcp_read_sock(sk, &desc, xiw_hand_actor);
+	/* The bytes before the word that says they are there. */
+	smp_store_release(&s->hand_len, h.got | XIW_HAND_DONE |
+			  (tcp_inq(sk) ? XIW_HAND_MORE : 0));
+	if (h.got)
+		atomic64_inc(&xiw_fpdus_handed);
 	return true;
 }
 
@@ -345,12 +412,19 @@ int xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 	struct xiw_place p = { .pd = ev->pd, .crc = ev->crc };
 	struct xiw_events_slot *s;
 	read_descriptor_t desc = {};
+	bool whole;
+	u32 place, len;
 
-	if (!READ_ONCE(kernel_place) || !ev->uctx || !ev->pd)
+	if (!ev->uctx)
 		return XIW_PLACE_LEFT;
 	s = xiw_stream_slot(ev);
 	/* The tally after the stream (the provider: the reverse). */
-	if (smp_load_acquire(&s->place) != XIW_PLACE_KERNEL)
+	place = smp_load_acquire(&s->place);
+	len = READ_ONCE(s->hand_len);
+	if (place == XIW_PLACE_HANDED && !(len & XIW_HAND_MORE))
+		/* Bytes after those handed up: the provider reads the socket. */
+		smp_store_release(&s->hand_len, len | XIW_HAND_MORE);
+	if (!READ_ONCE(kernel_place) || !ev->pd || place != XIW_PLACE_KERNEL)
 		return XIW_PLACE_LEFT;
 	p.tally.write_len = READ_ONCE(s->write_len);
 	p.tally.after_write = READ_ONCE(s->after_write);
@@ -368,10 +442,12 @@ int xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 	}
 	if (!p.stop)
 		return XIW_PLACE_ALL;
-	/* The tally before the stream goes back (the provider reads them so). */
-	smp_store_release(&s->place, XIW_PLACE_USER);
-	return xiw_place_signal(sk, ev, &p) ? XIW_PLACE_LEFT_SIGNALLED :
-					      XIW_PLACE_LEFT;
+	whole = p.next_total && (u32)tcp_inq(sk) >= p.next_total;
+	if (!whole || !xiw_place_hand(sk, s, p.next_total))
+		/* The tally before the stream goes back (the provider: the reverse). */
+		smp_store_release(&s->place, XIW_PLACE_USER);
+	return xiw_place_signal(ev, &p, whole) ? XIW_PLACE_LEFT_SIGNALLED :
+						XIW_PLACE_LEFT;
 }
 
 /* The provider invalidated the region's STag: nothing more goes into it. */

@@ -211,13 +211,24 @@ struct xiw_stream {
  * `write_len` and `after_write` (valid with XIW_PLACE_F_AFTER_WRITE) are the
  * Write accounting Immediate Data needs (RFC 7306): the stream's reader owns
  * them.
+ *
+ * A small FPDU the module does not place, whole in the socket, it may hand up
+ * instead of leaving it there: it takes its bytes out of the socket into the
+ * slot's `hand` (`hand_len` of them, the next bytes of the stream) and gives
+ * the stream back as XIW_PLACE_HANDED, so that the provider needs no read of
+ * the socket for it. The module claims the stream (XIW_PLACE_KERNEL to
+ * XIW_PLACE_HANDED, by compare-and-swap, so not once the provider took it
+ * back) before it takes a byte, and sets XIW_HAND_DONE in `hand_len` (which
+ * the provider clears when it lends the stream) once the bytes are there.
+ * XIW_HAND_MORE: the socket may hold more (bytes came after, or were there
+ * already).
  */
 #define XIW_EVENTS_MAGIC	0x78697745u	/* "xiwE" */
-#define XIW_EVENTS_VERSION	2u
+#define XIW_EVENTS_VERSION	3u
 #define XIW_EVENTS_SLOTS	XIW_MAX_QP
 #define XIW_EVENTS_SUMMARY_OFFSET	64u
 #define XIW_EVENTS_SLOTS_OFFSET	(XIW_EVENTS_SUMMARY_OFFSET + XIW_EVENTS_SLOTS / 8)
-#define XIW_EVENTS_SLOT_BYTES	32u
+#define XIW_EVENTS_SLOT_BYTES	64u
 #define XIW_EVENTS_BYTES	(XIW_EVENTS_SLOTS_OFFSET + XIW_EVENTS_SLOTS * XIW_EVENTS_SLOT_BYTES)
 
 #define XIW_EV_DATA		(1u << 0)	/* bytes (or the end) to read */
@@ -248,7 +259,12 @@ struct xiw_events_header {
 
 #define XIW_PLACE_USER		0u
 #define XIW_PLACE_KERNEL	1u
+#define XIW_PLACE_HANDED	2u
 #define XIW_PLACE_F_AFTER_WRITE	(1u << 0)
+#define XIW_HAND_BYTES		28u
+#define XIW_HAND_LEN_MASK	0xffffu
+#define XIW_HAND_MORE		(1u << 31)
+#define XIW_HAND_DONE		(1u << 30)
 
 struct xiw_events_slot {
 	__u32 events;
@@ -257,6 +273,8 @@ struct xiw_events_slot {
 	__u32 flags;
 	__u64 write_len;	/* of the Write message whose last segment is due */
 	__u64 after_write;	/* of the Write message just before */
+	__u32 hand_len;		/* bytes in `hand`, and XIW_HAND_MORE */
+	__u8 hand[XIW_HAND_BYTES];
 };
 
 /*

@@ -20,17 +20,26 @@
 //! engine keeps for Immediate Data (RFC 7306) travels with the stream in
 //! `write_len` and `after_write` (valid when `flags` has
 //! [`PLACE_F_AFTER_WRITE`]): whoever reads the stream owns them.
+//!
+//! A small FPDU it does not place, whole in the socket, the module may hand
+//! up instead: it takes its bytes out of the socket into the slot's `hand`
+//! (the next `hand_len & HAND_LEN_MASK` bytes of the stream) and gives the
+//! stream back as [`PLACE_HANDED`], so that the provider reads no socket for
+//! it. It claims the stream by compare-and-swap from [`PLACE_KERNEL`] before
+//! it takes a byte (so never once the provider took it back), and releases
+//! [`HAND_DONE`] in `hand_len` once the bytes are there; [`HAND_MORE`] says
+//! the socket may hold more.
 
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::limits::MAX_QP;
 
 pub const EVENTS_MAGIC: u32 = 0x7869_7745; // "xiwE"
-pub const EVENTS_VERSION: u32 = 2;
+pub const EVENTS_VERSION: u32 = 3;
 pub const SLOTS: u32 = MAX_QP;
 pub const SUMMARY_OFFSET: usize = 64;
 pub const SLOTS_OFFSET: usize = SUMMARY_OFFSET + SLOTS as usize / 8;
-pub const SLOT_BYTES: usize = 32;
+pub const SLOT_BYTES: usize = 64;
 pub const EVENTS_BYTES: usize = SLOTS_OFFSET + SLOTS as usize * SLOT_BYTES;
 
 /// Bytes (or the stream's end) to read.
@@ -75,6 +84,17 @@ pub struct EventsHeader {
 pub const PLACE_USER: u32 = 0;
 /// The module may place whole RDMA Writes from the head of the stream.
 pub const PLACE_KERNEL: u32 = 1;
+/// The module gave the stream back with the next bytes in `hand`.
+pub const PLACE_HANDED: u32 = 2;
+/// `EventsSlot::hand`'s size: an FPDU of up to 6 payload bytes.
+pub const HAND_BYTES: usize = 28;
+/// `EventsSlot::hand_len`: the bytes in `hand`, and [`HAND_MORE`].
+pub const HAND_LEN_MASK: u32 = 0xffff;
+/// `EventsSlot::hand_len`: the socket may hold more bytes after `hand`'s.
+pub const HAND_MORE: u32 = 1 << 31;
+/// `EventsSlot::hand_len`: the module is done with `hand` (released last;
+/// cleared by the provider when it lends the stream).
+pub const HAND_DONE: u32 = 1 << 30;
 /// `EventsSlot::flags`: `after_write` holds the length of the RDMA Write
 /// message just before the next one (none: the last message was another).
 pub const PLACE_F_AFTER_WRITE: u32 = 1 << 0;
@@ -88,6 +108,10 @@ pub struct EventsSlot {
     /// Bytes of the RDMA Write message whose last segment has not come.
     pub write_len: AtomicU64,
     pub after_write: AtomicU64,
+    pub hand_len: AtomicU32,
+    /// Written by the module only while the stream is lent to it, read by
+    /// the provider only once it is handed back.
+    pub hand: [u8; HAND_BYTES],
 }
 
 /// A summary word: bit `k` of word `w` is slot `64 * w + k`.

@@ -67,6 +67,8 @@ fn c_header_matches_rust_layout() {
         "struct xiw_events_slot", "flags", offset_of!(events::EventsSlot, flags);
         "struct xiw_events_slot", "write_len", offset_of!(events::EventsSlot, write_len);
         "struct xiw_events_slot", "after_write", offset_of!(events::EventsSlot, after_write);
+        "struct xiw_events_slot", "hand_len", offset_of!(events::EventsSlot, hand_len);
+        "struct xiw_events_slot", "hand", offset_of!(events::EventsSlot, hand);
         "struct xiw_alloc_ucontext_resp", "events_offset", offset_of!(kernel::AllocUcontextResp, events_offset);
         "struct xiw_alloc_ucontext_resp", "events_len", offset_of!(kernel::AllocUcontextResp, events_len);
         "struct xiw_create_qp_resp", "events_slot", offset_of!(kernel::CreateQpDrvResp, events_slot);
@@ -118,6 +120,11 @@ fn c_header_matches_rust_layout() {
         ("XIW_EVENTS_SLOT_BYTES", events::SLOT_BYTES as u64),
         ("XIW_PLACE_USER", events::PLACE_USER as u64),
         ("XIW_PLACE_KERNEL", events::PLACE_KERNEL as u64),
+        ("XIW_PLACE_HANDED", events::PLACE_HANDED as u64),
+        ("XIW_HAND_BYTES", events::HAND_BYTES as u64),
+        ("XIW_HAND_LEN_MASK", events::HAND_LEN_MASK as u64),
+        ("XIW_HAND_MORE", events::HAND_MORE as u64),
+        ("XIW_HAND_DONE", events::HAND_DONE as u64),
         (
             "XIW_PLACE_F_AFTER_WRITE",
             events::PLACE_F_AFTER_WRITE as u64,

@@ -12,6 +12,15 @@ use xiw_engine::recv::WriteTally;
 
 use crate::sys;
 
+/// The stream's next bytes, which the module took out of the socket into
+/// the slot as it gave the stream back ([`StreamEvents::recall`]).
+pub struct Handed {
+    pub bytes: [u8; HAND_BYTES],
+    pub len: usize,
+    /// The socket may hold more: read it.
+    pub more: bool,
+}
+
 pub struct StreamEvents {
     base: *mut u8,
     len: usize,
@@ -132,19 +141,42 @@ impl StreamEvents {
             0
         };
         s.flags.store(flags, Ordering::Relaxed);
+        s.hand_len.store(0, Ordering::Relaxed);
         // The tally before the stream (the module: the reverse).
         s.place.store(PLACE_KERNEL, Ordering::Release);
     }
 
     /// Takes the stream of `slot` back from the module: it places nothing
     /// from the next batch of bytes on (one under way ends before the
-    /// socket lets the caller read).
-    pub fn recall(&self, slot: u32) {
-        if let Some(s) = self.slot(slot) {
-            if s.place.load(Ordering::Relaxed) != PLACE_USER {
-                s.place.store(PLACE_USER, Ordering::SeqCst);
-            }
+    /// socket lets the caller read). If the module had handed it back with
+    /// bytes in the slot ([`PLACE_HANDED`]), those are the stream's next
+    /// bytes: returned, and the module is done with the stream.
+    pub fn recall(&self, slot: u32) -> Option<Handed> {
+        let s = self.slot(slot)?;
+        if s.place.load(Ordering::Relaxed) == PLACE_USER
+            || s.place.swap(PLACE_USER, Ordering::SeqCst) != PLACE_HANDED
+        {
+            return None;
         }
+        // The module claimed the stream and is copying at most HAND_BYTES
+        // from the socket in its receive callback: a matter of moments.
+        let mut word = s.hand_len.load(Ordering::Acquire);
+        while word & HAND_DONE == 0 {
+            std::thread::yield_now();
+            word = s.hand_len.load(Ordering::Acquire);
+        }
+        // After the swap: a mark of bytes that came later is either seen
+        // here (HAND_MORE) or made after it, for a later pass.
+        let word = s.hand_len.load(Ordering::SeqCst);
+        // SAFETY: the module writes `hand` only while the stream is lent
+        // to it, and it gave the stream back (the swap above synchronises
+        // with its release); a volatile copy of plain bytes.
+        let bytes = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(s.hand)) };
+        Some(Handed {
+            bytes,
+            len: ((word & HAND_LEN_MASK) as usize).min(HAND_BYTES),
+            more: word & HAND_MORE != 0,
+        })
     }
 
     /// The Write tally as the module left it: read after a read of the

@@ -233,9 +233,10 @@ impl Qp {
             );
             return;
         };
-        // Kernel mode: the module places nothing more from the stream.
+        // Kernel mode: the module places nothing more from the stream (what
+        // it handed up is not taken: nothing from the stream is any more).
         if let Some((ev, slot)) = self.stream_events() {
-            ev.recall(slot);
+            let _ = ev.recall(slot);
         }
         // The first error found names the status of the oldest request, even when
         // another thread moves the QP to the error state first.

@@ -32,6 +32,10 @@ pub struct Rx {
     lendable: bool,
     /// Lent since the last read: the Write tally is the module's.
     lent: bool,
+    /// Kernel mode: `buf` starts with bytes the module handed up, not
+    /// processed yet; `hand_more`: the socket may hold more after them.
+    handed: bool,
+    hand_more: bool,
 }
 
 impl Default for Rx {
@@ -43,6 +47,8 @@ impl Default for Rx {
             active: false,
             lendable: false,
             lent: false,
+            handed: false,
+            hand_more: false,
         }
     }
 }
@@ -80,11 +86,22 @@ impl Rx {
 
     /// Takes the stream back from the module (kernel mode), which places
     /// nothing from the next batch of bytes on; the Write tally is taken at
-    /// the next read.
+    /// the next read, or now if the module handed the stream back with the
+    /// next bytes in its slot (then done with it): those go into `buf`.
     pub fn recall(&mut self, qp: &QpCore) {
-        if let (true, Some((ev, slot))) = (self.lent, qp.stream_events()) {
-            ev.recall(slot);
-        }
+        let Some((ev, slot)) = qp.stream_events().filter(|_| self.lent) else {
+            return;
+        };
+        let Some(h) = ev.recall(slot) else { return };
+        self.lent = false;
+        self.engine.take_back(ev.tally(slot));
+        // Messages the module raised the receive CQ's event for are among
+        // the bytes from here on (as after a read, below).
+        qp.recv_cq.owe_signalled(ev, slot);
+        // A stream is lent with nothing buffered.
+        self.buf.extend_from_slice(&h.bytes[..h.len]);
+        self.handed = true;
+        self.hand_more = h.more;
     }
 
     /// The initiator's first FPDU has not come yet (responder side).
@@ -133,7 +150,21 @@ fn read_stream(
     let Some(fd) = rx.fd else { return Ok(()) };
     rx.recall(qp);
     let events = qp.stream_events().filter(|_| rx.lendable);
-    let r = read_loop(qp, &mut rx, tx, to_end, fd, events);
+    let r = if std::mem::take(&mut rx.handed) {
+        rx.active = true;
+        match take_in(qp, &mut rx, tx) {
+            Err(f) => {
+                rx.fd = None;
+                Err(f)
+            }
+            // Nothing more in the socket: no read for it (bytes that come
+            // later are marked for a later pass).
+            Ok(()) if !rx.hand_more && !to_end => Ok(()),
+            Ok(()) => read_loop(qp, &mut rx, tx, to_end, fd, events),
+        }
+    } else {
+        read_loop(qp, &mut rx, tx, to_end, fd, events)
+    };
     if let (Some((ev, slot)), Ok(())) = (events, &r) {
         if rx.fd.is_some() && rx.buf.is_empty() {
             if let Some(t) = rx.engine.lend() {

@@ -75,6 +75,19 @@ check "rping -v -C 300 with XIW_KERNEL_EVENTS=0: no channel woken by the module,
     "a=\$(direct); export XIW_KERNEL_EVENTS=0; pair 'rping -s -a 10.77.0.1 -C 300 -v' 'rping -c -a 10.77.0.1 -C 300 -v'; r=\$?;
      unset XIW_KERNEL_EVENTS;
      [ \$r -eq 0 ] && grep -q 'ping data: rdma-ping-299: ' /tmp/client && b=\$(direct) && echo \"woken by the module: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
+# Small messages without a read of the socket: a 2-byte Send the module
+# stops at, whole in the socket, goes up in the QP's events slot
+# (kernel-shim/xiw_place.c, xiw_place_hand); counted in fpdus_handed, off
+# with hand_up=0.
+handed() { cat /sys/module/xiw/parameters/fpdus_handed; }
+check "ib_send_lat -R 2 B: the module hands the Sends up (at least 1000 of both sides' 2 x 1000)" \
+    "a=\$(handed); perftest_pair 'ib_send_lat -d xiw0 -R -p 18613 -s 2 -n 1000 -F' 'ib_send_lat -d xiw0 -R -p 18613 -s 2 -n 1000 -F 10.77.0.1' 18613 &&
+     perftest_ok 2 1000 && b=\$(handed) && echo \"handed up: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
+check "ib_send_lat -R 2 B with hand_up=0: none handed up" \
+    "a=\$(handed); echo 0 >/sys/module/xiw/parameters/hand_up;
+     perftest_pair 'ib_send_lat -d xiw0 -R -p 18614 -s 2 -n 300 -F' 'ib_send_lat -d xiw0 -R -p 18614 -s 2 -n 300 -F 10.77.0.1' 18614; r=\$?;
+     echo 1 >/sys/module/xiw/parameters/hand_up;
+     [ \$r -eq 0 ] && perftest_ok 2 300 && b=\$(handed) && echo \"handed up: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
 check "ib_read_lat -R 2 B" \
     "perftest_pair 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F' 'ib_read_lat -d xiw0 -R -p 18602 -s 2 -n 500 -F 10.77.0.1' 18602 && perftest_ok 2 500"
 check "ib_send_bw -R 64 KiB" \
