@@ -176,7 +176,11 @@ fn hostile_peers_against_kernel_placement_in_the_guest() {
 /// RDMA Writes. The peer killed with SIGKILL during each kind of
 /// operation; the target's region deregistered under Writes in flight (no
 /// byte lands after `ibv_dereg_mr`, with and without completions confirmed
-/// by the peer); the victim's TCP connection reset mid-stream (`ss -K`).
+/// by the peer); the victim's TCP connection reset mid-stream (`ss -K`);
+/// the victim's stream silent (nftables dropping its segments, as a link
+/// down) for longer than the stream time-out (the oldest request fails with
+/// IBV_WC_RETRY_EXC_ERR) and for less (nothing fails); 1% of the TCP
+/// segments dropped during a checked soak and during `ib_write_bw`.
 /// Every request completes once and in order with the status the fault
 /// calls for, the bystander pair keeps carrying checked traffic, the module
 /// placed Writes meanwhile, and the kernel logs no warning.

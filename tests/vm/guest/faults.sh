@@ -18,13 +18,19 @@
 #   confirmed by the peer (XIW_COMPLETION=placed: the refused Write itself
 #   fails with IBV_WC_REM_ACCESS_ERR);
 # - the victim's TCP connection aborted in the middle of the stream (`ss
-#   -K`, which resets it), the bystander's left alone.
+#   -K`, which resets it), the bystander's left alone;
+# - the victim's stream silent (nftables dropping every segment of it, as
+#   a link that goes down; the drops counted, at least one) for longer than the stream's time-out
+#   (XIW_STREAM_TIMEOUT_MS): the oldest request fails with
+#   IBV_WC_RETRY_EXC_ERR; and for less: nothing fails;
+# - 1% of every TCP segment dropped at random while `xiw-verbs-check soak`
+#   runs (every byte checked) and while `ib_write_bw` runs.
 # Then: the module placed Writes meanwhile, no kernel warning, and the
 # processes' kernel objects gone. Prints "ok: ..." or "FAIL: ..." per
 # check; exits with the number of failures.
-# needs: /usr/bin/ss
-# checks: 16
-# modules: inet_diag tcp_diag
+# needs: /usr/bin/ss /usr/sbin/nft /usr/bin/ib_write_bw
+# checks: 20
+# modules: inet_diag tcp_diag nf_tables nft_numgen
 . /lib.sh
 
 placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
@@ -78,15 +84,55 @@ fault() {
     fi
 }
 
-# reset PORT SERVER: 1.5 s in, aborts the server's TCP connections but the
-# out-of-band one (the victim's stream; the bystander's are the client's
-# own, to itself).
+# victim_ports PORT SERVER: the local ports of the server's TCP connections
+# but the out-of-band one (the victim's stream; the bystander's are the
+# client's own, to itself).
+victim_ports() {
+    for lp in $(ss -tnpH state established | grep "pid=$2," | awk '{ print $3 }' | sed 's/.*://'); do
+        [ "$lp" = "$1" ] || echo "$lp"
+    done
+}
+
+# reset PORT SERVER: 1.5 s in, aborts the victim's TCP connections.
 reset() {
     sleep 1.5
-    for lp in $(ss -tnpH state established | grep "pid=$2," | awk '{ print $3 }' | sed 's/.*://'); do
-        [ "$lp" = "$1" ] && continue
+    for lp in $(victim_ports "$1" "$2"); do
         ss -K -tnH state established "( sport = :$lp )" >/dev/null
     done
+}
+
+# dropped TABLE: removes nftables table TABLE, leaving in /tmp/dropped the
+# number of segments its rules dropped (they count them).
+dropped() {
+    nft list table inet "$1" | awk '{ for (i = 1; i < NF; i++) if ($i == "packets") n += $(i + 1) } END { print n + 0 }' >/tmp/dropped
+    nft delete table inet "$1"
+    echo "segments dropped: $(cat /tmp/dropped)"
+}
+
+# silence PORT SERVER: 1.5 s in, every segment of the victim's stream is
+# dropped (both ways) for $down seconds, as over a link that is down; then
+# it flows again.
+silence() {
+    sleep 1.5
+    nft add table inet xiwdown
+    nft add chain inet xiwdown out '{ type filter hook output priority 0 ; }'
+    for lp in $(victim_ports "$1" "$2"); do
+        nft add rule inet xiwdown out tcp sport "$lp" counter drop
+        nft add rule inet xiwdown out tcp dport "$lp" counter drop
+    done
+    sleep "$down"
+    dropped xiwdown
+}
+
+# lossy on|off: 1% of the TCP segments sent are dropped at random.
+lossy() {
+    if [ "$1" = on ]; then
+        nft add table inet xiwloss
+        nft add chain inet xiwloss out '{ type filter hook output priority 0 ; }'
+        nft add rule inet xiwloss out meta l4proto tcp numgen random mod 100 lt 1 counter drop
+    else
+        dropped xiwloss
+    fi
 }
 
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
@@ -103,6 +149,15 @@ check "the same with completions confirmed by the peer: the refused Write fails 
     "export XIW_COMPLETION=placed; fault 0 dereg op=write expect=access; r=\$?; unset XIW_COMPLETION; [ \$r -eq 0 ]"
 check "the victim's TCP connection reset in the middle of the stream" \
     "inject=reset; fault 0 op=mixed; r=\$?; inject=; [ \$r -eq 0 ]"
+check "the victim's stream silent for 8 s, stream time-out 2 s: the oldest request fails with IBV_WC_RETRY_EXC_ERR" \
+    "export XIW_STREAM_TIMEOUT_MS=2000; down=8; inject=silence; fault 0 op=mixed expect=retry; r=\$?; inject=; unset XIW_STREAM_TIMEOUT_MS; [ \$r -eq 0 ] && [ \$(cat /tmp/dropped) -gt 0 ]"
+check "the victim's stream silent for 2 s, stream time-out 10 s: nothing fails" \
+    "export XIW_STREAM_TIMEOUT_MS=10000; down=2; inject=silence; fault 0 op=mixed expect=survive secs=6; r=\$?; inject=; unset XIW_STREAM_TIMEOUT_MS; [ \$r -eq 0 ] && [ \$(cat /tmp/dropped) -gt 0 ]"
+check "soak through 1% loss: 4 QPs both ways, every byte checked" \
+    "lossy on; pair_timeout=200 pair 'xiw-verbs-check soak --dev xiw0 --port 7690 --timeout 180' 'xiw-verbs-check soak --dev xiw0 --port 7690 --server 10.77.0.1 --qps 4 --ops 1000 --seed 21 --timeout 180' 7690; r=\$?; lossy off;
+     [ \$r -eq 0 ] && [ \$(cat /tmp/dropped) -gt 0 ] && grep -q 'soak ok (client): ' /tmp/client && grep -q 'soak ok (server): ' /tmp/server"
+check "ib_write_bw 64 KiB through 1% loss" \
+    "lossy on; perftest_pair 'ib_write_bw -d xiw0 -p 7691 -s 65536 -n 500 -F' 'ib_write_bw -d xiw0 -p 7691 -s 65536 -n 500 -F 10.77.0.1' 7691; r=\$?; lossy off; [ \$r -eq 0 ] && [ \$(cat /tmp/dropped) -gt 0 ] && perftest_ok 65536 500"
 check "the module placed Writes of these streams" \
     "b=\$(placed); echo \"placed: \$((b - a))\"; [ \$((b - a)) -gt 0 ]"
 sleep 1
