@@ -327,12 +327,12 @@ impl Cq {
 
     /// The application armed this CQ and will wait for its event: no QP of
     /// it may count on the application's polling to notice its stream.
+    /// Under the list's lock, as [`Cq::collect_signalled`]: a QP's part is
+    /// a store to its events slot, and gathering the QPs first cost an
+    /// allocation on every arming.
     pub fn app_waits(&self) {
-        let qps: Vec<_> = {
-            let qps = self.qps.lock();
-            qps.iter().filter_map(|q| q.upgrade()).collect()
-        };
-        for q in qps {
+        let qps = self.qps.lock();
+        for q in qps.iter().filter_map(|q| q.upgrade()) {
             q.app_waits();
         }
     }
