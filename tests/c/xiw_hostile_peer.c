@@ -323,6 +323,13 @@ static void scenario(const char *s)
 	} else if (!strcmp(s, "good-badcrc")) {
 		write_(st0, to0, 100);
 		segment(DDP_T | DDP_L | DDP_V1, RDMAP_V1 | OP_WRITE, st0, to0 + 200, 100, 1);
+	} else if (!strcmp(s, "tiny-good-bad")) {
+		/* Frames of 24 bytes: the module hands the bad one up whole. */
+		write_(st0, to0, 4);
+		write_(bad_stag, to0 + 200, 4);
+	} else if (!strcmp(s, "tiny-good-badcrc")) {
+		write_(st0, to0, 4);
+		segment(DDP_T | DDP_L | DDP_V1, RDMAP_V1 | OP_WRITE, st0, to0 + 200, 4, 1);
 	} else if (!strcmp(s, "rights")) {
 		write_(r[1].stag, r[1].to, 64);
 	} else if (!strcmp(s, "otherpd")) {

@@ -13,22 +13,27 @@
 # scenario may write may change (guards, the read-only region, the other
 # PD's), and the kernel must log no warning. Good Writes land where they
 # should, the connection stays up (a Send behind them completes), and the
-# module's count of placed FPDUs shows the kernel path ran.
+# module's count of placed FPDUs shows the kernel path ran; a bad frame
+# small enough to be handed up in the events slot gets the same Terminate
+# from there.
 # Prints "ok: ..." or "FAIL: ..." per check; exits with the number of
 # failures.
 . /lib.sh
 
 placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
+handed() { cat /sys/module/xiw/parameters/fpdus_handed; }
 port=7400
 
 # attack SCENARIO CRC: one target, one peer asking for CRC or not; their
 # output in /tmp/target and /tmp/peer, the kernel's log meanwhile in
 # /tmp/klog; sets pr and tr (their exit codes), hung (the target did not
-# end within 40 s) and delta (FPDUs the module placed).
+# end within 40 s), delta (FPDUs the module placed) and hdelta (FPDUs it
+# handed up).
 attack() {
     port=$((port + 1))
     k=$(dmesg | wc -l)
     a=$(placed)
+    h=$(handed)
     xiw_cm_target 10.77.0.1 $port >/tmp/target 2>&1 &
     t=$!
     wait_listen $port
@@ -42,12 +47,13 @@ attack() {
     wait $t
     tr=$?
     delta=$(($(placed) - a))
+    hdelta=$(($(handed) - h))
     dmesg | tail -n +$((k + 1)) >/tmp/klog
     echo "--- peer ($pr)"
     cat /tmp/peer
     echo "--- target ($tr)"
     cat /tmp/target
-    echo "--- FPDUs placed by the module: $delta"
+    echo "--- FPDUs placed by the module: $delta, handed up: $hdelta"
 }
 
 # hostile SCENARIO CRC TERMINATE CHANGED [PLACED]: runs the scenario and
@@ -57,6 +63,7 @@ attack() {
 # both receives are flushed). CHANGED is the target's list of changed
 # ranges (offsets from r0's start), "none" if nothing may change. PLACED:
 # ge1 (the module placed at least one FPDU), eq1 (one) or eq0 (none).
+# HANDED (optional): eq1, the module handed exactly one FPDU up.
 wrong() {
     echo "wrong: $*"
     w=1
@@ -96,6 +103,9 @@ hostile() {
     case $5 in
     ge1) [ $delta -ge 1 ] || wrong "the module placed nothing" ;;
     eq0 | eq1) [ $delta -eq "${5#eq}" ] || wrong "the module placed $delta FPDUs" ;;
+    esac
+    case ${6:-} in
+    eq1) [ $hdelta -eq 1 ] || wrong "the module handed up $hdelta FPDUs" ;;
     esac
     ! grep -qiE 'WARNING|BUG|Oops|Call Trace|refcount' /tmp/klog || {
         cat /tmp/klog
@@ -139,6 +149,13 @@ check "CRC: a Write to no STag, then a good one in the same send: invalid STag (
     "hostile bad-good 1 '1 1 0' none eq0"
 check "CRC: a good Write, then one with a bad CRC in the same send: the module places the first, CRC error (2 0 2)" \
     "hostile good-badcrc 1 '2 0 2' '0..100' eq1"
+# Frames small enough to go up in the events slot (kernel-mode.md, small
+# messages): the module places the good one and hands the bad one up whole;
+# the provider's engine judges it from there.
+check "CRC: a good 4-byte Write, then one to no STag in the same send: the module places the first and hands the second up, invalid STag (1 1 0)" \
+    "hostile tiny-good-bad 1 '1 1 0' '0..4' eq1 eq1"
+check "CRC: a good 4-byte Write, then one with a bad CRC in the same send: placed, handed up, CRC error (2 0 2)" \
+    "hostile tiny-good-badcrc 1 '2 0 2' '0..4' eq1 eq1"
 check "CRC: Write to a region without remote write: RDMAP access rights (0 1 2)" \
     "hostile rights 1 '0 1 2' none eq0"
 check "CRC: Write to a region of another PD: STag not associated (1 1 2)" \
@@ -156,6 +173,8 @@ check "no CRC: Writes split over two TCP sends: placed" \
     "hostile split 0 none '2000..4000 5000..6000 9000..9100' ge1"
 check "no CRC: a good Write, then one to no STag in the same send: the module places the first, invalid STag (1 1 0)" \
     "hostile good-bad 0 '1 1 0' '0..100' eq1"
+check "no CRC: a good 4-byte Write, then one to no STag in the same send: placed, handed up, invalid STag (1 1 0)" \
+    "hostile tiny-good-bad 0 '1 1 0' '0..4' eq1 eq1"
 echo 1 >/sys/module/xiw/parameters/mpa_crc
 
 check "no rdma_cm connection left" "! rdma resource show cm_id 2>/dev/null | grep -q 'state CONNECT\|ESTABLISHED'"
