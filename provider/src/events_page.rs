@@ -160,14 +160,23 @@ impl StreamEvents {
         }
         // The module claimed the stream and is copying at most HAND_BYTES
         // from the socket in its receive callback: a matter of moments.
+        // Bounded all the same: a module that never finished would
+        // otherwise hang this thread; its bytes are then taken as none,
+        // and the socket read for what follows.
         let mut word = s.hand_len.load(Ordering::Acquire);
+        let mut since = None;
         while word & HAND_DONE == 0 {
+            if since.get_or_insert_with(std::time::Instant::now).elapsed()
+                > std::time::Duration::from_secs(1)
+            {
+                word = HAND_DONE | HAND_MORE;
+                break;
+            }
             std::thread::yield_now();
             word = s.hand_len.load(Ordering::Acquire);
         }
-        // After the swap: a mark of bytes that came later is either seen
-        // here (HAND_MORE) or made after it, for a later pass.
-        let word = s.hand_len.load(Ordering::SeqCst);
+        // Read after the swap: a mark of bytes that came later is either
+        // seen here (HAND_MORE) or made after it, for a later pass.
         // SAFETY: the module writes `hand` only while the stream is lent
         // to it, and it gave the stream back (the swap above synchronises
         // with its release); a volatile copy of plain bytes.
