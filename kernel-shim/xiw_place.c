@@ -383,9 +383,9 @@ static bool xiw_place_hand(struct sock *sk, struct xiw_events_slot *s,
 	if (!READ_ONCE(hand_up) || !total || total > XIW_HAND_BYTES)
 		return false;
 	/*
-	 * Cleared before the claim: a mark of a callback before this one
-	 * (XIW_HAND_MORE, which keeps the bits it finds) may have come after
-	 * the provider's own clearing.
+	 * Cleared before the claim, so that the provider, which reads it only
+	 * once it finds the claim, never sees an earlier XIW_HAND_DONE (the
+	 * mark of more bytes keeps the bits it finds).
 	 */
 	WRITE_ONCE(s->hand_len, 0);
 	if (cmpxchg(&s->place, XIW_PLACE_KERNEL, XIW_PLACE_HANDED) !=
@@ -420,10 +420,12 @@ int xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 	s = xiw_stream_slot(ev);
 	/* The tally after the stream (the provider: the reverse). */
 	place = smp_load_acquire(&s->place);
-	len = READ_ONCE(s->hand_len);
-	if (place == XIW_PLACE_HANDED && !(len & XIW_HAND_MORE))
-		/* Bytes after those handed up: the provider reads the socket. */
-		smp_store_release(&s->hand_len, len | XIW_HAND_MORE);
+	if (place == XIW_PLACE_HANDED) {
+		len = READ_ONCE(s->hand_len);
+		if (!(len & XIW_HAND_MORE))
+			/* Bytes after those handed up: the provider reads the socket. */
+			smp_store_release(&s->hand_len, len | XIW_HAND_MORE);
+	}
 	if (!READ_ONCE(kernel_place) || !ev->pd || place != XIW_PLACE_KERNEL)
 		return XIW_PLACE_LEFT;
 	p.tally.write_len = READ_ONCE(s->write_len);

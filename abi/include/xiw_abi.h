@@ -218,8 +218,8 @@ struct xiw_stream {
  * the stream back as XIW_PLACE_HANDED, so that the provider needs no read of
  * the socket for it. The module claims the stream (XIW_PLACE_KERNEL to
  * XIW_PLACE_HANDED, by compare-and-swap, so not once the provider took it
- * back) before it takes a byte, and sets XIW_HAND_DONE in `hand_len` (which
- * the provider clears when it lends the stream) once the bytes are there.
+ * back) before it takes a byte, having cleared `hand_len` first, and sets
+ * XIW_HAND_DONE in it once the bytes are there.
  * XIW_HAND_MORE: the socket may hold more (bytes came after, or were there
  * already).
  */

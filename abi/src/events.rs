@@ -93,7 +93,7 @@ pub const HAND_LEN_MASK: u32 = 0xffff;
 /// `EventsSlot::hand_len`: the socket may hold more bytes after `hand`'s.
 pub const HAND_MORE: u32 = 1 << 31;
 /// `EventsSlot::hand_len`: the module is done with `hand` (released last;
-/// cleared by the provider when it lends the stream).
+/// the module clears `hand_len` before it claims the stream).
 pub const HAND_DONE: u32 = 1 << 30;
 /// `EventsSlot::flags`: `after_write` holds the length of the RDMA Write
 /// message just before the next one (none: the last message was another).

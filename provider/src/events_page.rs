@@ -141,7 +141,6 @@ impl StreamEvents {
             0
         };
         s.flags.store(flags, Ordering::Relaxed);
-        s.hand_len.store(0, Ordering::Relaxed);
         // The tally before the stream (the module: the reverse).
         s.place.store(PLACE_KERNEL, Ordering::Release);
     }
@@ -158,28 +157,31 @@ impl StreamEvents {
         {
             return None;
         }
-        // The module claimed the stream and is copying at most HAND_BYTES
-        // from the socket in its receive callback: a matter of moments.
-        // Bounded all the same: a module that never finished would
-        // otherwise hang this thread; its bytes are then taken as none,
-        // and the socket read for what follows.
+        // The module claimed the stream (clearing `hand_len` first) and
+        // is copying at most HAND_BYTES from the socket in its receive
+        // callback: a matter of moments. Bounded all the same: a module
+        // that never finished would otherwise hang this thread; nothing is
+        // taken from the slot then, and the socket is read for what follows.
+        // Read after the swap: a mark of bytes that came later is either
+        // seen here (HAND_MORE) or made after it, for a later pass.
         let mut word = s.hand_len.load(Ordering::Acquire);
         let mut since = None;
         while word & HAND_DONE == 0 {
             if since.get_or_insert_with(std::time::Instant::now).elapsed()
                 > std::time::Duration::from_secs(1)
             {
-                word = HAND_DONE | HAND_MORE;
-                break;
+                return Some(Handed {
+                    bytes: [0; HAND_BYTES],
+                    len: 0,
+                    more: true,
+                });
             }
             std::thread::yield_now();
             word = s.hand_len.load(Ordering::Acquire);
         }
-        // Read after the swap: a mark of bytes that came later is either
-        // seen here (HAND_MORE) or made after it, for a later pass.
-        // SAFETY: the module writes `hand` only while the stream is lent
-        // to it, and it gave the stream back (the swap above synchronises
-        // with its release); a volatile copy of plain bytes.
+        // SAFETY: the module writes `hand` only between its claim and its
+        // release of HAND_DONE, which the load above synchronises with; a
+        // volatile copy of plain bytes in the mapping.
         let bytes = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(s.hand)) };
         Some(Handed {
             bytes,

@@ -10,6 +10,7 @@ use xiw_abi::verbs::*;
 use xiw_engine::recv::{self, Receiver, RecvCompletion, Whole};
 use xiw_engine::send::{ReadArrival, Span};
 
+use crate::events_page::StreamEvents;
 use crate::mem::AccessError;
 use crate::qp::core::QpCore;
 use crate::qp::tx::{Inbound, Outstanding, TxCell};
@@ -32,10 +33,9 @@ pub struct Rx {
     lendable: bool,
     /// Lent since the last read: the Write tally is the module's.
     lent: bool,
-    /// Kernel mode: `buf` starts with bytes the module handed up, not
-    /// processed yet; `hand_more`: the socket may hold more after them.
-    handed: bool,
-    hand_more: bool,
+    /// Kernel mode: `Some` while `buf` starts with bytes the module handed
+    /// up, not processed yet; true if the socket may hold more after them.
+    handed: Option<bool>,
 }
 
 impl Default for Rx {
@@ -47,8 +47,7 @@ impl Default for Rx {
             active: false,
             lendable: false,
             lent: false,
-            handed: false,
-            hand_more: false,
+            handed: None,
         }
     }
 }
@@ -93,15 +92,21 @@ impl Rx {
             return;
         };
         let Some(h) = ev.recall(slot) else { return };
-        self.lent = false;
-        self.engine.take_back(ev.tally(slot));
-        // Messages the module raised the receive CQ's event for are among
-        // the bytes from here on (as after a read, below).
-        qp.recv_cq.owe_signalled(ev, slot);
+        self.taken_back(qp, ev, slot);
         // A stream is lent with nothing buffered.
         self.buf.extend_from_slice(&h.bytes[..h.len]);
-        self.handed = true;
-        self.hand_more = h.more;
+        self.active = true;
+        self.handed = Some(h.more);
+    }
+
+    /// The module is done with the stream lent to it: its Write tally is
+    /// the engine's again, and the messages it raised the receive CQ's
+    /// event for (it signals only while the stream is lent) are among the
+    /// bytes from here on: their completions are owed.
+    fn taken_back(&mut self, qp: &QpCore, ev: &StreamEvents, slot: u32) {
+        self.lent = false;
+        self.engine.take_back(ev.tally(slot));
+        qp.recv_cq.owe_signalled(ev, slot);
     }
 
     /// The initiator's first FPDU has not come yet (responder side).
@@ -150,20 +155,18 @@ fn read_stream(
     let Some(fd) = rx.fd else { return Ok(()) };
     rx.recall(qp);
     let events = qp.stream_events().filter(|_| rx.lendable);
-    let r = if std::mem::take(&mut rx.handed) {
-        rx.active = true;
-        match take_in(qp, &mut rx, tx) {
-            Err(f) => {
-                rx.fd = None;
-                Err(f)
+    let r = match rx.handed.take() {
+        // What the module handed up comes first; with nothing more in the
+        // socket, no read for it (bytes that come later are marked for a
+        // later pass).
+        Some(more) => take_in(qp, &mut rx, tx).and_then(|()| {
+            if more || to_end {
+                read_loop(qp, &mut rx, tx, to_end, fd, events)
+            } else {
+                Ok(())
             }
-            // Nothing more in the socket: no read for it (bytes that come
-            // later are marked for a later pass).
-            Ok(()) if !rx.hand_more && !to_end => Ok(()),
-            Ok(()) => read_loop(qp, &mut rx, tx, to_end, fd, events),
-        }
-    } else {
-        read_loop(qp, &mut rx, tx, to_end, fd, events)
+        }),
+        None => read_loop(qp, &mut rx, tx, to_end, fd, events),
     };
     if let (Some((ev, slot)), Ok(())) = (events, &r) {
         if rx.fd.is_some() && rx.buf.is_empty() {
@@ -183,7 +186,7 @@ fn read_loop(
     tx: &TxCell,
     to_end: bool,
     fd: i32,
-    events: Option<(&crate::events_page::StreamEvents, u32)>,
+    events: Option<(&StreamEvents, u32)>,
 ) -> Result<(), Fail> {
     loop {
         if let Some((span, allowed)) = rx.engine.direct() {
@@ -241,13 +244,9 @@ fn read_loop(
             // The read waited for a batch the module was placing: its
             // tally is final now (a stream lent has nothing buffered, so
             // this is the pass's first read).
-            rx.lent = false;
-            if let Some((ev, slot)) = events {
-                rx.engine.take_back(ev.tally(slot));
-                // Messages the module raised the receive CQ's event for
-                // are among the bytes from here on (it signals only while
-                // the stream is lent): their completions are owed.
-                qp.recv_cq.owe_signalled(ev, slot);
+            match events {
+                Some((ev, slot)) => rx.taken_back(qp, ev, slot),
+                None => rx.lent = false,
             }
         }
         if n <= 0 {
@@ -260,13 +259,7 @@ fn read_loop(
         let len = rx.buf.len() + n as usize;
         // SAFETY: recv initialised the first `n` bytes of the spare capacity.
         unsafe { rx.buf.set_len(len) };
-        if let Err(f) = take_in(qp, rx, tx) {
-            // The stream is dead from this byte on: no thread may place anything
-            // after it (the engine has completed the receive it hit already,
-            // before any flush can claim it).
-            rx.fd = None;
-            return Err(f);
-        }
+        take_in(qp, rx, tx)?;
         if (n as usize) < room && !to_end {
             return Ok(());
         }
@@ -274,7 +267,7 @@ fn read_loop(
 }
 
 /// Processes the bytes read so far: checks, placement, completions, queue 1
-/// work. Kept out of line, so that `xiw-bench --instr` can count the receiving
+/// work; on a failure the stream is given up. Kept out of line, so that `xiw-bench --instr` can count the receiving
 /// side's instructions, from bytes read to placement and CQE, as this
 /// function's.
 #[inline(never)]
@@ -291,6 +284,12 @@ fn take_in(qp: &QpCore, rx: &mut Rx, tx: &TxCell) -> Result<(), Fail> {
     rx.buf.drain(..used);
     if want_kick {
         tx.kick(qp);
+    }
+    if r.is_err() {
+        // The stream is dead from this byte on: no thread may place anything
+        // after it (the engine has completed the receive it hit already,
+        // before any flush can claim it).
+        rx.fd = None;
     }
     r
 }
