@@ -101,6 +101,13 @@ reset() {
     done
 }
 
+# out_table TABLE: a new nftables table TABLE with a chain `out` on the
+# output hook.
+out_table() {
+    nft add table inet "$1"
+    nft add chain inet "$1" out '{ type filter hook output priority 0 ; }'
+}
+
 # dropped TABLE: removes nftables table TABLE, leaving in /tmp/dropped the
 # number of segments its rules dropped (they count them).
 dropped() {
@@ -114,8 +121,7 @@ dropped() {
 # it flows again.
 silence() {
     sleep 1.5
-    nft add table inet xiwdown
-    nft add chain inet xiwdown out '{ type filter hook output priority 0 ; }'
+    out_table xiwdown
     for lp in $(victim_ports "$1" "$2"); do
         nft add rule inet xiwdown out tcp sport "$lp" counter drop
         nft add rule inet xiwdown out tcp dport "$lp" counter drop
@@ -127,8 +133,7 @@ silence() {
 # lossy on|off: 1% of the TCP segments sent are dropped at random.
 lossy() {
     if [ "$1" = on ]; then
-        nft add table inet xiwloss
-        nft add chain inet xiwloss out '{ type filter hook output priority 0 ; }'
+        out_table xiwloss
         nft add rule inet xiwloss out meta l4proto tcp numgen random mod 100 lt 1 counter drop
     else
         dropped xiwloss
