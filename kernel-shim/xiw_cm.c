@@ -30,7 +30,7 @@
 
 #include "xiw.h"
 
-static bool mpa_crc = true;
+static bool mpa_crc;
 module_param(mpa_crc, bool, 0644);
 MODULE_PARM_DESC(mpa_crc, "ask peers for MPA CRC (either side asking means CRC)");
 

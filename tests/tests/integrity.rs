@@ -95,6 +95,22 @@ fn integrity_four_qps_on_lo() {
     );
 }
 
+/// With MPA CRC (asked for by both ends, `XIW_CRC=1`): every payload goes
+/// through the staging buffers on its way out and is checked at its
+/// trailer on its way in.
+#[test]
+fn integrity_with_crc_four_qps_on_lo() {
+    let _g = serial();
+    let dev = lo_device();
+    let s = seed(2);
+    let env = [("XIW_CRC", "1")];
+    let pair = integrity_pair_env(dev, dev, 4, 200, s, &env);
+    check(
+        &pair,
+        &format!("integrity --qps 4 --ops 200 --seed {s} on lo, CRC"),
+    );
+}
+
 /// Without CRC, payloads go to the stream straight from registered memory
 /// (writev of the engine's headers and the application's buffers, no
 /// staging copy): every size, SGE layout and direction lands intact.

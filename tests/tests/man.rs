@@ -432,7 +432,8 @@ fn xiw_7_documents_every_environment_variable() {
 }
 
 /// `module_param(NAME, TYPE, PERM)` of the module's source, with the
-/// initialiser of `static ... NAME = VALUE;` as its default.
+/// initialiser of `static ... NAME = VALUE;` as its default (0 for a
+/// `static ... NAME;` without one, as C has it and the kernel's style asks).
 fn module_params() -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     let dir = repo().join("kernel-shim");
@@ -453,14 +454,15 @@ fn module_params() -> Vec<(String, String, String)> {
             };
             let decl = src
                 .lines()
-                .find(|l| l.starts_with("static ") && l.contains(&format!(" {name} = ")))
-                .unwrap_or_else(|| panic!("{}: no initialised {name}", file.display()));
+                .find(|l| {
+                    l.starts_with("static ")
+                        && (l.contains(&format!(" {name} = ")) || l.ends_with(&format!(" {name};")))
+                })
+                .unwrap_or_else(|| panic!("{}: no declaration of {name}", file.display()));
             let value = decl
                 .split(" = ")
                 .nth(1)
-                .unwrap()
-                .trim_end_matches(';')
-                .trim();
+                .map_or("0", |v| v.trim_end_matches(';').trim());
             let value = match value {
                 "true" => "1",
                 "false" => "0",

@@ -226,12 +226,12 @@ fn srq_pingpong_under_memcheck() {
 fn verbs_integrity_under_memcheck() {
     // Sends, Writes and Reads of 0 bytes to 1 MiB on several QPs in both
     // directions, every byte checked (tests/tests/integrity.rs runs more):
-    // as configured by default, then without CRC with every payload sent
+    // with MPA CRC, then without (the default) with every payload sent
     // straight from registered memory, then with completions that wait for
     // the peer's confirmation.
     let _g = serial();
     let variants: [(&str, &[(&str, &str)]); 3] = [
-        ("", &[]),
+        (", CRC", &[("XIW_CRC", "1")]),
         (
             ", no CRC, sent in place",
             &[("XIW_CRC", "0"), ("XIW_INPLACE_MIN", "1")],

@@ -138,7 +138,10 @@ fn modify_qp_programs_and_completion_channels_in_the_guest() {
 /// `riostream` and `rcopy` with data verified, a plain TCP program under
 /// `LD_PRELOAD=librspreload.so` (`tests/c/xiw_tcp_echo.c`), perftest `-R`
 /// (write and read latency, send and write bandwidth, atomics, and with
-/// completion events); MPA Replies to a hand-written initiator
+/// completion events), without MPA CRC (the default) and, for rping,
+/// rstream and perftest, with it (the CRC both ends agreed checked, Writes
+/// placed and small Sends handed up by the module with it on); MPA Replies
+/// to a hand-written initiator
 /// (`tests/c/xiw_mpa_peer.c`) of revision 1 and 2, with and without RFC
 /// 6581, IRD 0, and each ready-to-receive message; processes killed in the
 /// middle of transfers; no connection left behind, and the device and

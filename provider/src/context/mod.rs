@@ -73,7 +73,7 @@ pub trait Endpoint: Send + Sync {
 /// Knobs, read once per context from the environment.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Ask for MPA CRC32c (XIW_CRC=0 turns it off; a peer asking for it still gets it).
+    /// Ask for MPA CRC32c (XIW_CRC=1; off by default, as in siw: a peer asking for it gets it).
     pub crc: bool,
     /// How long RTR waits for the peer (XIW_CONNECT_TIMEOUT_MS).
     pub connect_timeout: Duration,
@@ -132,7 +132,7 @@ impl Config {
                 .unwrap_or(default)
         }
         Config {
-            crc: num("XIW_CRC", 1) != 0,
+            crc: num("XIW_CRC", 0) != 0,
             connect_timeout: Duration::from_millis(num("XIW_CONNECT_TIMEOUT_MS", 10_000)),
             spin: Duration::from_micros(num("XIW_SPIN_US", 0)),
             mulpdu: (num("XIW_MULPDU", 65_400) as usize).clamp(256, 65_400),

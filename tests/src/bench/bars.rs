@@ -21,7 +21,7 @@ const LEGEND_WIDTH: u32 = 230;
 /// colours); any other after them, as they first appear.
 const DEVICES: &[&str] = &[
     "xiw-kernel",
-    "xiw-kernel-nocrc",
+    "xiw-kernel-crc",
     "xiw-standalone",
     "siw",
     "rxe",

@@ -121,7 +121,7 @@ pub struct Point {
 pub fn device_label(dev: &str) -> String {
     match dev {
         "xiw-kernel" => "xiw kernel mode".into(),
-        "xiw-kernel-nocrc" => "xiw kernel mode, no CRC".into(),
+        "xiw-kernel-crc" => "xiw kernel mode, CRC".into(),
         "xiw-standalone" => "xiw standalone".into(),
         "siw" => "siw".into(),
         "rxe" => "rxe (RoCE v2)".into(),

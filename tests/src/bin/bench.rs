@@ -67,12 +67,12 @@ use floor::{Mode, Spec};
 use perftest::Column;
 
 const USAGE: &str = "\
-usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--root DIR]
+usage: xiw-bench [--quick] [--spin-us N] [--crc] [--repeat N] [--qps N] [--root DIR]
                  [--log-dir DIR]
        xiw-bench --instr [--root DIR]
        xiw-bench --inplace [--quick] [--repeat N] [--root DIR]
        xiw-bench --reactor
-       xiw-bench --sweep [--quick] [--out DIR] [--prefix NAME] [--spin-us N] [--no-crc]
+       xiw-bench --sweep [--quick] [--out DIR] [--prefix NAME] [--spin-us N] [--crc]
                  [--root DIR]
        xiw-bench --plot JSON [--out DIR] [--prefix NAME]
        xiw-bench --bars JSON [--out DIR] [--prefix NAME]
@@ -82,7 +82,7 @@ usage: xiw-bench [--quick] [--spin-us N] [--no-crc] [--repeat N] [--qps N] [--ro
                 append case (~25 s instead of 4-5 min; noisier)
   --spin-us N   XIW_SPIN_US=N for the xiw processes (progress-thread busy-poll
                 budget after activity; default: inherited, else the provider's 0)
-  --no-crc      XIW_CRC=0 for the xiw processes (no MPA CRC)
+  --crc         XIW_CRC=1 for the xiw processes (MPA CRC; the default is none)
   --repeat N    rounds: every measurement N times, round-robin, report the
                 median and range (default 3, with --quick 1)
   --qps N       QPs for the memory measurement (default 1000)
@@ -138,7 +138,7 @@ struct Opts {
     out: Option<PathBuf>,
     prefix: Option<String>,
     spin_us: Option<u64>,
-    no_crc: bool,
+    crc: bool,
     repeat: usize,
     qps: usize,
     root: PathBuf,
@@ -161,7 +161,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
         out: None,
         prefix: None,
         spin_us: None,
-        no_crc: false,
+        crc: false,
         repeat: 0,
         qps: 1000,
         root: PathBuf::from("/run/xiw/bench"),
@@ -186,7 +186,7 @@ fn parse_opts(args: &[String]) -> Result<Opts, String> {
             "--tool" => o.tool = Some(val(a)?),
             "--out" => o.out = Some(PathBuf::from(val(a)?)),
             "--prefix" => o.prefix = Some(val(a)?),
-            "--no-crc" => o.no_crc = true,
+            "--crc" => o.crc = true,
             "--spin-us" => o.spin_us = Some(num(val(a)?)?),
             "--repeat" => repeat = Some(num(val(a)?)?.max(1) as usize),
             "--qps" => o.qps = num(val(a)?)?.max(2) as usize,
@@ -645,8 +645,8 @@ fn bench(o: Opts) -> ExitCode {
     if let Some(s) = o.spin_us {
         env.push(("XIW_SPIN_US".into(), s.to_string()));
     }
-    if o.no_crc {
-        env.push(("XIW_CRC".into(), "0".into()));
+    if o.crc {
+        env.push(("XIW_CRC".into(), "1".into()));
     }
     // The knobs the xiw processes see: ours, else inherited, else the provider's default.
     let knob = |k: &str, default: &str| -> String {
@@ -660,7 +660,7 @@ fn bench(o: Opts) -> ExitCode {
     };
     let mut knobs = vec![
         knob("XIW_SPIN_US", "0"),
-        knob("XIW_CRC", "1"),
+        knob("XIW_CRC", "0"),
         knob("XIW_MULPDU", "65400"),
         knob("XIW_PROGRESS_RT", "0"),
     ];
@@ -1123,11 +1123,11 @@ fn instr_bench(o: &Opts) -> ExitCode {
     // The floor, in the same run: every post through the send queue ring.
     let configs: [(&str, &[(&str, &str)]); 3] = [
         (
-            "CRC, through the send queue (XIW_POST_NOW_MAX=0)",
-            &[("XIW_POST_NOW_MAX", "0")],
+            "CRC, through the send queue (XIW_CRC=1 XIW_POST_NOW_MAX=0)",
+            &[("XIW_CRC", "1"), ("XIW_POST_NOW_MAX", "0")],
         ),
-        ("CRC (default)", &[]),
-        ("no CRC (XIW_CRC=0)", &[("XIW_CRC", "0")]),
+        ("CRC (XIW_CRC=1)", &[("XIW_CRC", "1")]),
+        ("no CRC (default)", &[]),
     ];
     let mut failed = false;
     for tool in ["ib_send_bw", "ib_write_bw"] {
@@ -1314,8 +1314,8 @@ fn sweep_bench(o: &Opts) -> ExitCode {
     if let Some(s) = o.spin_us {
         env.push(("XIW_SPIN_US".into(), s.to_string()));
     }
-    if o.no_crc {
-        env.push(("XIW_CRC".into(), "0".into()));
+    if o.crc {
+        env.push(("XIW_CRC".into(), "1".into()));
     }
     let (nproc, kernel, cpu) = machine();
     let load0 = loadavg();

@@ -118,7 +118,8 @@ hostile() {
 k0=$(dmesg | wc -l)
 check "rdma link add xiw0 type xiw netdev dummy0" "rdma link add xiw0 type xiw netdev dummy0"
 
-# With CRC (the module's default, mpa_crc=1).
+# With CRC: the module asks for it (mpa_crc=1; its default is 0).
+echo 1 >/sys/module/xiw/parameters/mpa_crc
 check "CRC: valid Writes (across pages, two segments, up to the last byte, a zero-length one to no STag): placed by the module, data in place, no Terminate, the stream stays up" \
     "hostile valid 1 none '0..100 1000..3200 7000..8000 9936..10000' ge1"
 check "CRC: Write to an STag never advertised: DDP tagged buffer, invalid STag (1 1 0)" \
@@ -175,7 +176,6 @@ check "no CRC: a good Write, then one to no STag in the same send: the module pl
     "hostile good-bad 0 '1 1 0' '0..100' eq1"
 check "no CRC: a good 4-byte Write, then one to no STag in the same send: placed, handed up, invalid STag (1 1 0)" \
     "hostile tiny-good-bad 0 '1 1 0' '0..4' eq1 eq1"
-echo 1 >/sys/module/xiw/parameters/mpa_crc
 
 check "no rdma_cm connection left" "! rdma resource show cm_id 2>/dev/null | grep -q 'state CONNECT\|ESTABLISHED'"
 check "no kernel warning" "dmesg | tail -n +\$((k0 + 1)) >/tmp/dmesg; tail -5 /tmp/dmesg; ! grep -iE 'WARNING|BUG|Oops|refcount|leak|hung' /tmp/dmesg"
