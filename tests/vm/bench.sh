@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Kernel mode's benchmark: one guest boot (tests/vm/guest/bench.sh), every
 # device side by side on the same TCP path, printed as a table: xiw in kernel
-# mode (its default MPA CRC, and without), xiw in standalone mode, Linux's
-# siw (its default: no CRC) and rxe; perftest's typical latency for 2-byte
+# mode (its default, no MPA CRC, and with CRC), xiw in standalone mode,
+# Linux's siw (its default: no CRC) and rxe; perftest's typical latency for 2-byte
 # RDMA Write, Send and RDMA Read (µs) and RDMA Write bandwidth for 64 KiB and
 # 1 MiB messages, and for 64 KiB over 4 QPs in both directions at once (the
 # sum, MiB/s); qperf over rdma_cm (-cm1, completions awaited on a
@@ -20,7 +20,7 @@
 # xiw-bench --bars.
 #
 # With --sweep OUTDIR it sweeps every message size from 2 B to 8 MiB
-# instead (xiw in kernel mode with its default CRC, siw, rxe, ib_write_lat -a
+# instead (xiw in kernel mode with its default, no CRC, siw, rxe, ib_write_lat -a
 # and ib_write_bw -a, and the TCP floor), writes OUTDIR/guest-sweep.json and
 # draws OUTDIR/guest-latency.svg and OUTDIR/guest-bandwidth.svg (a .png
 # beside each) with xiw-bench --plot.
@@ -28,7 +28,9 @@
 # usage: tests/vm/bench.sh [--out DIR | --sweep OUTDIR]
 #        (after pkg/install.sh and cargo build --release)
 # Environment: XIW_BENCH_ITERS (latency iterations, default 2000),
-# XIW_BENCH_QPERF_SECONDS (each qperf test's duration, default 3);
+# XIW_BENCH_QPERF_SECONDS (each qperf test's duration, default 3),
+# XIW_BENCH_ROUNDS (default 3: the devices take turns, each value is the
+# median of its rounds, every round's values are printed after the table);
 # with --sweep XIW_BENCH_SWEEP_LAT_ITERS and XIW_BENCH_SWEEP_BW_ITERS
 # (iterations per size, default 60 each); XIW_BENCH_BIN (the directory of
 # the xiw and xiw-bench programs, default target/release); and run.sh's
@@ -58,7 +60,7 @@ fi
 work=$(mktemp -d /tmp/xiw-bench-vm.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 {
-    for v in XIW_BENCH_ITERS XIW_BENCH_QPERF_SECONDS XIW_BENCH_SWEEP_LAT_ITERS XIW_BENCH_SWEEP_BW_ITERS; do
+    for v in XIW_BENCH_ITERS XIW_BENCH_QPERF_SECONDS XIW_BENCH_ROUNDS XIW_BENCH_SWEEP_LAT_ITERS XIW_BENCH_SWEEP_BW_ITERS; do
         if [[ -n ${!v:-} ]]; then
             [[ ${!v} =~ ^[0-9]+$ ]] || { echo "bench.sh: $v is not a number" >&2; exit 2; }
             echo "$v=${!v}"
@@ -102,8 +104,8 @@ function cell(key) {
     return v[key]
 }
 END {
-    n = split("xiw-kernel xiw-kernel-nocrc xiw-standalone siw rxe", dev, " ")
-    split("xiw kernel mode (CRC)|xiw kernel mode (no CRC)|xiw standalone (CRC)|siw (no CRC)|rxe", head, "|")
+    n = split("xiw-kernel xiw-kernel-crc xiw-standalone siw rxe", dev, " ")
+    split("xiw kernel mode (no CRC)|xiw kernel mode (CRC)|xiw standalone (no CRC)|siw (no CRC)|rxe", head, "|")
     nt = split("ib_write_lat_2 ib_send_lat_2 ib_read_lat_2 ib_write_bw_65536 ib_write_bw_1048576 ib_write_bw_q4_bidir_65536 qperf_rc_lat_2 qperf_rc_rdma_write_lat_2 qperf_rc_rdma_write_lat_65536 qperf_rc_bw_65536", test, " ")
     split("ib_write_lat 2 B, µs|ib_send_lat 2 B, µs|ib_read_lat 2 B, µs|ib_write_bw 64 KiB, MiB/s|ib_write_bw 1 MiB, MiB/s|ib_write_bw -q 4 -b 64 KiB (sum), MiB/s|qperf rc_lat 2 B, µs|qperf rc_rdma_write_lat 2 B, µs|qperf rc_rdma_write_lat 64 KiB, µs|qperf rc_bw 64 KiB, MiB/s", name, "|")
     split("lat-spin_2|lat-spin_2|lat-spin_2|bw_65536|bw_1048576||lat-spin_2|lat-spin_2|lat-spin_65536|bw_65536", fl, "|")
@@ -121,6 +123,9 @@ END {
 }'
 }
 table
+echo
+echo "Every round (device, test, one value a round):"
+grep '^ROUNDS ' <<<"$console" | cut -d' ' -f2-
 [[ -n $out ]] || exit $rc
 mkdir -p "$out"
 table >"$out/guest-bench.md"

@@ -1,6 +1,6 @@
 # Guest (tests/vm/bench.sh): one boot, every device side by side on the
 # same TCP path (both processes in the guest): xiw in kernel mode (its
-# default MPA CRC, and without), xiw in standalone mode (the RDMA modules
+# default, no MPA CRC, and with CRC), xiw in standalone mode (the RDMA modules
 # unloaded for it, as on a kernel without RDMA), Linux's siw, and rxe
 # (RoCE v2), with perftest's 2-byte latencies, 64 KiB and 1 MiB write
 # bandwidth and 64 KiB write bandwidth over 4 QPs in both directions at
@@ -13,10 +13,13 @@
 # "failed" where a run gave no number, "n/a" where a device cannot run a
 # test. Environment (put at the top of this script by tests/vm/bench.sh):
 # XIW_BENCH_ITERS (latency iterations), XIW_BENCH_QPERF_SECONDS (each qperf
-# test's duration, default 3).
+# test's duration, default 3), XIW_BENCH_ROUNDS (rounds, default 3: the
+# devices take turns, one run of every test each per round, and each value
+# printed is the median of its rounds; every round's value is printed too,
+# as "ROUNDS DEVICE TEST_SIZE V1 V2 ...").
 # With XIW_BENCH_SWEEP=1 (tests/vm/bench.sh --sweep) it sweeps every size
 # from 2 B to 8 MiB instead: ib_write_lat -a and ib_write_bw -a (-R) on xiw
-# in kernel mode (its default CRC), siw and rxe, and the TCP floor (ping-pong
+# in kernel mode (its default, no CRC), siw and rxe, and the TCP floor (ping-pong
 # busy-poll, stream) at the same sizes, one "BENCH DEVICE TEST_SIZE VALUE"
 # line per size, and "BENCH info KEY TEXT" lines for the machine.
 # siw
@@ -27,7 +30,38 @@
 # needs: /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so /etc/libibverbs.d/rxe.driver
 . /lib.sh
 N=${XIW_BENCH_ITERS:-2000}
+R=${XIW_BENCH_ROUNDS:-3}
 port=18950
+# emit DEVICE TEST_SIZE VALUE: one round's value, kept for the medians.
+: >/tmp/rounds
+emit() {
+    echo "$1 $2 $3" >>/tmp/rounds
+}
+# medians: a "BENCH DEVICE TEST_SIZE VALUE" line for each value kept, in
+# the order first kept: the median of its rounds that gave a number
+# ("failed" if none did, "n/a" if the device cannot run it), and the rounds.
+medians() {
+    awk '{
+        k = $1 " " $2
+        if (!(k in all)) { order[++n] = k; all[k] = $3 } else all[k] = all[k] " " $3
+        if ($3 ~ /^[0-9.]+$/) { c[k]++; x[k, c[k]] = $3 + 0 }
+        if ($3 == "n/a") na[k] = 1
+    }
+    END {
+        for (i = 1; i <= n; i++) {
+            k = order[i]; m = c[k] + 0
+            for (a = 2; a <= m; a++)
+                for (b = a; b > 1 && x[k, b - 1] > x[k, b]; b--) {
+                    t = x[k, b]; x[k, b] = x[k, b - 1]; x[k, b - 1] = t
+                }
+            if (m == 0) v = (k in na) ? "n/a" : "failed"
+            else if (m % 2) v = sprintf("%.2f", x[k, (m + 1) / 2])
+            else v = sprintf("%.2f", (x[k, m / 2] + x[k, m / 2 + 1]) / 2)
+            print "BENCH " k " " v
+            print "ROUNDS " k " " all[k]
+        }
+    }' /tmp/rounds
+}
 
 # perf NAME DEVICE-ARGS ADDRESS: the perftest runs, with DEVICE-ARGS on
 # both ends and the client pointed at ADDRESS. The last: 4 QPs (-q 4), each
@@ -52,7 +86,7 @@ result() {
     esac
     name=$2
     [ "${9:-}" = -b ] && name=${name}_q${8}_bidir
-    echo "BENCH $1 ${name}_$4 ${v:-failed}"
+    emit "$1" "${name}_$4" "${v:-failed}"
 }
 
 # The qperf tests: TEST SIZE.
@@ -92,13 +126,13 @@ qperf_all() {
             echo "  qperf $qtest -m $qsize on $1 ($c):"
             sed 's/^/    /' /tmp/client /tmp/server
         fi
-        echo "BENCH $1 qperf_${qtest}_$qsize ${v:-failed}"
+        emit "$1" "qperf_${qtest}_$qsize" "${v:-failed}"
     done
 }
 # qperf_none NAME: a device without rdma_cm runs no qperf test.
 qperf_none() {
     for q in $QPERF_TESTS; do
-        echo "BENCH $1 qperf_${q%:*}_${q#*:} n/a"
+        emit "$1" "qperf_${q%:*}_${q#*:}" n/a
     done
 }
 
@@ -114,7 +148,7 @@ floor() {
         kill -9 $s 2>/dev/null
         wait $s
         set -- $spec
-        echo "BENCH tcp $1_$2 ${r:-failed}"
+        emit tcp "$1_$2" "${r:-failed}"
     done
 }
 
@@ -194,16 +228,20 @@ fi
 echo "BENCH info kernel $(uname -r)"
 echo "BENCH info cpus $(grep -c '^processor' /proc/cpuinfo)"
 echo "BENCH info cpu $(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-echo "BENCH info note perftest: $N iterations for latency (-n), typical (median) latency, average bandwidth; qperf: -t $QT s a test, its mean latency; -R (rdma_cm) on the kernel devices, none in standalone mode"
-floor
+echo "BENCH info note perftest: $N iterations for latency (-n), typical (median) latency, average bandwidth; qperf: -t $QT s a test, its mean latency; -R (rdma_cm) on the kernel devices, none in standalone mode; each value the median of $R rounds, the devices taking turns"
 
 # Standalone: as on a kernel without RDMA.
 for m in siw rdma_rxe xiw rdma_ucm rdma_cm iw_cm ib_cm ib_uverbs ib_core; do
     rmmod $m 2>/dev/null
 done
 eval "$(xiw up --netdev dummy0 2>/dev/null)"
-perf xiw-standalone "-d xiw0 -x 0" 10.77.0.1
-qperf_none xiw-standalone
+round=0
+while [ $round -lt "$R" ]; do
+    floor
+    perf xiw-standalone "-d xiw0 -x 0" 10.77.0.1
+    qperf_none xiw-standalone
+    round=$((round + 1))
+done
 xiw down >/dev/null 2>&1
 unset SYSFS_PATH
 
@@ -218,14 +256,19 @@ rdma link add siw0 type siw netdev dummy1
 rdma link add rxe0 type rxe netdev dummy2
 rdma link show
 
-perf xiw-kernel "-d xiw0 -R" 10.77.0.1
-qperf_all xiw-kernel 10.77.0.1
-echo 0 >/sys/module/xiw/parameters/mpa_crc
-perf xiw-kernel-nocrc "-d xiw0 -R" 10.77.0.1
-qperf_all xiw-kernel-nocrc 10.77.0.1
-echo 1 >/sys/module/xiw/parameters/mpa_crc
-perf siw "-d siw0 -R" 10.77.1.1
-qperf_all siw 10.77.1.1
-perf rxe "-d rxe0 -R" 10.77.2.1
-qperf_all rxe 10.77.2.1
+round=0
+while [ $round -lt "$R" ]; do
+    perf xiw-kernel "-d xiw0 -R" 10.77.0.1
+    qperf_all xiw-kernel 10.77.0.1
+    echo 1 >/sys/module/xiw/parameters/mpa_crc
+    perf xiw-kernel-crc "-d xiw0 -R" 10.77.0.1
+    qperf_all xiw-kernel-crc 10.77.0.1
+    echo 0 >/sys/module/xiw/parameters/mpa_crc
+    perf siw "-d siw0 -R" 10.77.1.1
+    qperf_all siw 10.77.1.1
+    perf rxe "-d rxe0 -R" 10.77.2.1
+    qperf_all rxe 10.77.2.1
+    round=$((round + 1))
+done
+medians
 exit 0
