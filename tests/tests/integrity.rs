@@ -83,16 +83,22 @@ fn check_scenario(pair: &Pair, scenario: &str, what: &str) {
     eprintln!("{what}:\n{}{}", pair.server_out(), pair.client_out());
 }
 
-#[test]
-fn integrity_four_qps_on_lo() {
+/// `integrity` with 4 QPs and 200 operations each on lo, the provider's
+/// knobs `env` on both sides (`how` says what they are in the report).
+fn four_qps_on_lo(default_seed: u64, env: &[(&str, &str)], how: &str) {
     let _g = serial();
     let dev = lo_device();
-    let s = seed(1);
-    let pair = integrity_pair(dev, dev, 4, 200, s);
+    let s = seed(default_seed);
+    let pair = integrity_pair_env(dev, dev, 4, 200, s, env);
     check(
         &pair,
-        &format!("integrity --qps 4 --ops 200 --seed {s} on lo"),
+        &format!("integrity --qps 4 --ops 200 --seed {s} on lo{how}"),
     );
+}
+
+#[test]
+fn integrity_four_qps_on_lo() {
+    four_qps_on_lo(1, &[], "");
 }
 
 /// With MPA CRC (asked for by both ends, `XIW_CRC=1`): every payload goes
@@ -100,15 +106,7 @@ fn integrity_four_qps_on_lo() {
 /// trailer on its way in.
 #[test]
 fn integrity_with_crc_four_qps_on_lo() {
-    let _g = serial();
-    let dev = lo_device();
-    let s = seed(2);
-    let env = [("XIW_CRC", "1")];
-    let pair = integrity_pair_env(dev, dev, 4, 200, s, &env);
-    check(
-        &pair,
-        &format!("integrity --qps 4 --ops 200 --seed {s} on lo, CRC"),
-    );
+    four_qps_on_lo(2, &[("XIW_CRC", "1")], ", CRC");
 }
 
 /// Without CRC, payloads go to the stream straight from registered memory
@@ -116,14 +114,10 @@ fn integrity_with_crc_four_qps_on_lo() {
 /// staging copy): every size, SGE layout and direction lands intact.
 #[test]
 fn integrity_without_crc_payload_sent_in_place() {
-    let _g = serial();
-    let dev = lo_device();
-    let s = seed(3);
-    let env = [("XIW_CRC", "0"), ("XIW_INPLACE_MIN", "1")];
-    let pair = integrity_pair_env(dev, dev, 4, 200, s, &env);
-    check(
-        &pair,
-        &format!("integrity --qps 4 --ops 200 --seed {s} on lo, no CRC, sent in place"),
+    four_qps_on_lo(
+        3,
+        &[("XIW_CRC", "0"), ("XIW_INPLACE_MIN", "1")],
+        ", no CRC, sent in place",
     );
 }
 
@@ -132,14 +126,10 @@ fn integrity_without_crc_payload_sent_in_place() {
 /// Write), every operation still lands intact and completes once, in order.
 #[test]
 fn integrity_with_completions_confirmed_by_the_peer() {
-    let _g = serial();
-    let dev = lo_device();
-    let s = seed(5);
-    let env = [("XIW_COMPLETION", "placed")];
-    let pair = integrity_pair_env(dev, dev, 4, 200, s, &env);
-    check(
-        &pair,
-        &format!("integrity --qps 4 --ops 200 --seed {s} on lo, completions confirmed"),
+    four_qps_on_lo(
+        5,
+        &[("XIW_COMPLETION", "placed")],
+        ", completions confirmed",
     );
 }
 

@@ -82,3 +82,10 @@ perftest_pair() {
     echo "--- the client's second connection came before the server listened; once more"
     pair "$@"
 }
+
+# agreed_crc: the CRC the xiw processes of the last pair reported for their
+# connections (XIW_DEBUG=1's "connected to ... CRC on|off" lines in
+# /tmp/server and /tmp/client): "on" or "off", once each.
+agreed_crc() {
+    grep -ho 'connected to .*CRC o[nf]*' /tmp/server /tmp/client | sed 's/.*CRC //' | sort -u | tr -d '\n'
+}

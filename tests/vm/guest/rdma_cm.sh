@@ -45,9 +45,15 @@ check "ib_write_lat -R 2 B" \
 # its count of FPDUs placed shows it did, and that XIW_KERNEL_PLACE=0 turns
 # it off (the provider placing them all, as before).
 placed() { cat /sys/module/xiw/parameters/fpdus_placed; }
+# counted COUNTER TOOL PORT: TOOL -R 2 B, 1000 iterations, and at least
+# 1000 of both sides' 2 x 1000 messages counted by COUNTER (placed, handed).
+counted() {
+    a=$($1)
+    perftest_pair "$2 -d xiw0 -R -p $3 -s 2 -n 1000 -F" "$2 -d xiw0 -R -p $3 -s 2 -n 1000 -F 10.77.0.1" "$3" &&
+        perftest_ok 2 1000 && b=$($1) && echo "$1: $((b - a))" && [ $((b - a)) -ge 1000 ]
+}
 check "ib_write_lat -R: the module places the Writes from the socket (at least 1000 of both sides' 2 x 1000)" \
-    "a=\$(placed); perftest_pair 'ib_write_lat -d xiw0 -R -p 18611 -s 2 -n 1000 -F' 'ib_write_lat -d xiw0 -R -p 18611 -s 2 -n 1000 -F 10.77.0.1' 18611 &&
-     perftest_ok 2 1000 && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
+    "counted placed ib_write_lat 18611"
 check "ib_write_lat -R with XIW_KERNEL_PLACE=0: none placed by the module" \
     "a=\$(placed); export XIW_KERNEL_PLACE=0; perftest_pair 'ib_write_lat -d xiw0 -R -p 18612 -s 2 -n 300 -F' 'ib_write_lat -d xiw0 -R -p 18612 -s 2 -n 300 -F 10.77.0.1' 18612; r=\$?; unset XIW_KERNEL_PLACE;
      [ \$r -eq 0 ] && perftest_ok 2 300 && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
@@ -81,8 +87,7 @@ check "rping -v -C 300 with XIW_KERNEL_EVENTS=0: no channel woken by the module,
 # with hand_up=0.
 handed() { cat /sys/module/xiw/parameters/fpdus_handed; }
 check "ib_send_lat -R 2 B: the module hands the Sends up (at least 1000 of both sides' 2 x 1000)" \
-    "a=\$(handed); perftest_pair 'ib_send_lat -d xiw0 -R -p 18613 -s 2 -n 1000 -F' 'ib_send_lat -d xiw0 -R -p 18613 -s 2 -n 1000 -F 10.77.0.1' 18613 &&
-     perftest_ok 2 1000 && b=\$(handed) && echo \"handed up: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
+    "counted handed ib_send_lat 18613"
 check "ib_send_lat -R 2 B with hand_up=0: none handed up" \
     "a=\$(handed); echo 0 >/sys/module/xiw/parameters/hand_up;
      perftest_pair 'ib_send_lat -d xiw0 -R -p 18614 -s 2 -n 300 -F' 'ib_send_lat -d xiw0 -R -p 18614 -s 2 -n 300 -F 10.77.0.1' 18614; r=\$?;
@@ -142,32 +147,28 @@ preload_echo() {
 }
 check "a plain TCP program under LD_PRELOAD=librspreload.so: 16 MiB echoed and checked, over xiw QPs" preload_echo
 
-# With MPA CRC (the module asks, mpa_crc=1; the checks above ran with its
-# default, no CRC): the CRC each end agreed (XIW_DEBUG's connection lines),
-# data verified, Writes placed and small Sends handed up by the module with
-# the CRC checked there.
-agreed() { grep -ho 'connected to .*CRC o[nf]*' /tmp/server /tmp/client | sed 's/.*CRC //' | sort -u | tr -d '\n'; }
+# With MPA CRC (the module asks, mpa_crc=1, up to the MPA checks that need
+# none; the checks above ran with its default, no CRC): the CRC each end
+# agreed, data verified, Writes placed and small Sends handed up by the
+# module with the CRC checked there.
 echo 1 >/sys/module/xiw/parameters/mpa_crc
 check "CRC: rping -v -C 500, both ends agreed CRC on, data verified" \
     "pair 'env XIW_DEBUG=1 rping -s -a 10.77.0.1 -C 500 -v' 'env XIW_DEBUG=1 rping -c -a 10.77.0.1 -C 500 -v' &&
-     grep -q 'ping data: rdma-ping-499: ' /tmp/client && [ \"\$(agreed)\" = on ]"
+     grep -q 'ping data: rdma-ping-499: ' /tmp/client && [ \"\$(agreed_crc)\" = on ]"
 check "CRC: rstream, 500 x 64 KiB, data verified" \
     "pair 'rstream -b 10.77.0.1 -C 500 -S 65536 -T v' 'rstream -s 10.77.0.1 -C 500 -S 65536 -T v'"
 check "CRC: ib_write_lat -R 2 B, the Writes placed by the module (at least 1000 of 2 x 1000)" \
-    "a=\$(placed); perftest_pair 'ib_write_lat -d xiw0 -R -p 18621 -s 2 -n 1000 -F' 'ib_write_lat -d xiw0 -R -p 18621 -s 2 -n 1000 -F 10.77.0.1' 18621 &&
-     perftest_ok 2 1000 && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
+    "counted placed ib_write_lat 18621"
 check "CRC: ib_send_lat -R 2 B, the Sends handed up by the module (at least 1000 of 2 x 1000)" \
-    "a=\$(handed); perftest_pair 'ib_send_lat -d xiw0 -R -p 18622 -s 2 -n 1000 -F' 'ib_send_lat -d xiw0 -R -p 18622 -s 2 -n 1000 -F 10.77.0.1' 18622 &&
-     perftest_ok 2 1000 && b=\$(handed) && echo \"handed up: \$((b - a))\" && [ \$((b - a)) -ge 1000 ]"
+    "counted handed ib_send_lat 18622"
 check "CRC: ib_read_lat -R 2 B" \
     "perftest_pair 'ib_read_lat -d xiw0 -R -p 18623 -s 2 -n 500 -F' 'ib_read_lat -d xiw0 -R -p 18623 -s 2 -n 500 -F 10.77.0.1' 18623 && perftest_ok 2 500"
 check "CRC: ib_write_bw -R 1 MiB" \
     "perftest_pair 'ib_write_bw -d xiw0 -R -p 18624 -s 1048576 -n 50 -F' 'ib_write_bw -d xiw0 -R -p 18624 -s 1048576 -n 50 -F 10.77.0.1' 18624 && perftest_ok 1048576 50"
-echo 0 >/sys/module/xiw/parameters/mpa_crc
 # A hand-written MPA initiator (tests/c/xiw_mpa_peer.c) against rping's
 # listener: the Reply answers in the Request's revision, with RFC 6581's
 # block only when asked, the ORD no more than the peer's IRD (even 0), CRC
-# as the module asks (mpa_crc=1 for these, its default 0 again after them).
+# as the module asks (still mpa_crc=1 for the first four).
 # mpa REV ENHANCED IRD ORD: the Reply's header line, in /tmp/client.
 mpa() {
     rping -s -a 10.77.0.1 -p 7190 -C 1 >/tmp/server 2>&1 &
@@ -181,7 +182,6 @@ mpa() {
     cat /tmp/client
     return $c
 }
-echo 1 >/sys/module/xiw/parameters/mpa_crc
 check "MPA revision 2, RFC 6581, write RTR: Reply revision 2, CRC, IRD/ORD with P2P and write RTR" \
     "mpa 2 1 0x8004 0x8004 && grep -qE '^rev 2 flags 0x50 pd_len 4 ird 0x800[1-9a-f] ord 0x800[1-4]\$' /tmp/client"
 check "MPA revision 2, RFC 6581, IRD 0: Reply ORD 0" \
@@ -190,19 +190,20 @@ check "MPA revision 2 without RFC 6581: Reply revision 2 without the block" \
     "mpa 2 0 0 0 && grep -qx 'rev 2 flags 0x40 pd_len 0' /tmp/client"
 check "MPA revision 1: Reply revision 1 without the block" \
     "mpa 1 0 0 0 && grep -qx 'rev 1 flags 0x40 pd_len 0' /tmp/client"
-# A peer whose ready-to-receive message is a zero-length Read (no CRC at
-# either end here, so that the hand-written peer's frames need none): the
+# Back to the module's default, no CRC, so that the hand-written peer's
+# frames need none.
+echo 0 >/sys/module/xiw/parameters/mpa_crc
+# A peer whose ready-to-receive message is a zero-length Read: the
 # Reply names the Read, and the zero-length Read is answered with a
 # zero-length Read Response to the peer's sink STag.
 check "MPA read RTR only: accepted, the zero-length Read answered with a zero-length Read Response" \
-    "echo 0 >/sys/module/xiw/parameters/mpa_crc; mpa 2 1 4 4 read-rtr; r=\$?; echo 1 >/sys/module/xiw/parameters/mpa_crc; [ \$r -eq 0 ] && grep -qE '^rev 2 flags 0x10 pd_len 4 ird 0x800[1-9a-f] ord 0x400[0-4]\$' /tmp/client && grep -qx 'response opcode 2 stag 0x5a5a01 last 1 len 14' /tmp/client"
+    "mpa 2 1 4 4 read-rtr && grep -qE '^rev 2 flags 0x10 pd_len 4 ird 0x800[1-9a-f] ord 0x400[0-4]\$' /tmp/client && grep -qx 'response opcode 2 stag 0x5a5a01 last 1 len 14' /tmp/client"
 # A peer whose ready-to-receive message is a zero-length Send: the Reply
 # names the Send (in the IRD word), the Send is the stream's (rping's
 # receive, which expects its peer's buffer description, never sees it), and
 # the Read behind it is answered.
 check "MPA send RTR only: accepted, the zero-length Send taken by the stream, the Read behind it answered" \
-    "echo 0 >/sys/module/xiw/parameters/mpa_crc; mpa 2 1 4 4 send-rtr; r=\$?; echo 1 >/sys/module/xiw/parameters/mpa_crc; [ \$r -eq 0 ] && grep -qE '^rev 2 flags 0x10 pd_len 4 ird 0xc00[1-9a-f] ord 0x000[0-4]\$' /tmp/client && grep -qx 'response opcode 2 stag 0x5a5a01 last 1 len 14' /tmp/client && ! grep -qi 'bogus' /tmp/server"
-echo 0 >/sys/module/xiw/parameters/mpa_crc
+    "mpa 2 1 4 4 send-rtr && grep -qE '^rev 2 flags 0x10 pd_len 4 ird 0xc00[1-9a-f] ord 0x000[0-4]\$' /tmp/client && grep -qx 'response opcode 2 stag 0x5a5a01 last 1 len 14' /tmp/client && ! grep -qi 'bogus' /tmp/server"
 
 # A process killed with SIGKILL in the middle of a transfer: the other one's
 # requests fail or flush and it ends by itself; the dead process's kernel

@@ -33,11 +33,6 @@ rdma link show
 xiw() {
     echo "env XIW_DEBUG=1 $B $*"
 }
-# The CRC xiw's side reported for its connections: "on" or "off", once.
-agreed_crc() {
-    grep -ho 'connected to .*CRC o[nf]*' /tmp/server /tmp/client | sed 's/.*CRC //' | sort -u | tr -d '\n'
-}
-
 for crc in 1 0; do
     echo "$crc" >/sys/module/xiw/parameters/mpa_crc
     want=$([ $crc = 1 ] && echo on || echo off)
