@@ -31,6 +31,7 @@
 #define DDP_L 0x40
 #define DDP_V1 0x01
 #define RDMAP_WRITE_V1 0x40
+#define RDMAP_READ_RESPONSE_V1 0x42
 #define RDMAP_V1_MASK 0xe0
 #define RDMAP_V1 0x40
 
@@ -56,13 +57,14 @@ int xiw_fpdu_head(const u8 *hdr, u32 have, struct xiw_fpdu *f)
 	if (have < XIW_FPDU_HEAD)
 		return XIW_FPDU_MORE;
 	/* Every bit but L is fixed; anything else is judged in user space. */
-	if ((hdr[2] & ~DDP_L) != (DDP_T | DDP_V1) || hdr[3] != RDMAP_WRITE_V1)
+	if ((hdr[2] & ~DDP_L) != (DDP_T | DDP_V1) ||
+	    (hdr[3] != RDMAP_WRITE_V1 && hdr[3] != RDMAP_READ_RESPONSE_V1))
 		return XIW_FPDU_UP;
 	f->last = !!(hdr[2] & DDP_L);
 	f->stag = be_at(hdr + 4, 4);
 	f->to = (u64)be_at(hdr + 8, 4) << 32 | be_at(hdr + 12, 4);
 	f->data_len = ulpdu - DDP_TAGGED_LEN;
-	return XIW_FPDU_PLACE;
+	return hdr[3] == RDMAP_WRITE_V1 ? XIW_FPDU_PLACE : XIW_FPDU_READ;
 }
 
 /*
@@ -97,19 +99,18 @@ int xiw_fpdu_event(const u8 *hdr, u32 have)
 }
 
 /*
- * As the provider's check of a peer's access (and never more lenient):
- * the whole STag, a valid region of the QP's PD, [to, to + len) inside it
- * without wrapping (for len 0, to may be the end), and the right to write
- * remotely granted by both the region and the QP.
+ * The whole STag, a valid region of the QP's PD, [to, to + len) inside it
+ * without wrapping (for len 0, to may be the end), and the rights `need`.
  */
-int xiw_fpdu_check(const struct xiw_fpdu *f, const struct xiw_fpdu_mr *mr,
-		   const void *qp_pd, u32 qp_access, u64 *off)
+static int xiw_fpdu_reach(const struct xiw_fpdu *f,
+			  const struct xiw_fpdu_mr *mr, const void *qp_pd,
+			  u32 need, u64 *off)
 {
 	u64 at;
 
 	if (!mr || !mr->valid || mr->stag != f->stag || mr->pd != qp_pd)
 		return -ENOENT;
-	if (!(mr->access & qp_access & XIW_FPDU_REMOTE_WRITE))
+	if (!need || (mr->access & need) != need)
 		return -EACCES;
 	if (f->to < mr->iova || f->data_len > ~(u64)0 - f->to)
 		return -ERANGE;
@@ -118,6 +119,43 @@ int xiw_fpdu_check(const struct xiw_fpdu *f, const struct xiw_fpdu_mr *mr,
 		return -ERANGE;
 	*off = at;
 	return 0;
+}
+
+/*
+ * As the provider's check of a peer's access (and never more lenient): the
+ * region reached, and the right to write remotely granted by both the region
+ * and the QP.
+ */
+int xiw_fpdu_check(const struct xiw_fpdu *f, const struct xiw_fpdu_mr *mr,
+		   const void *qp_pd, u32 qp_access, u64 *off)
+{
+	return xiw_fpdu_reach(f, mr, qp_pd, qp_access & XIW_FPDU_REMOTE_WRITE,
+			      off);
+}
+
+/*
+ * As the engine's check of a Read Response (and never more lenient): the
+ * segment goes exactly where the lent Read's data has reached and fits what
+ * is left of it (all of it, if the last), into a region reached with the
+ * right to write locally (the sink is the requester's own memory).
+ */
+int xiw_fpdu_check_read(const struct xiw_fpdu *f,
+			const struct xiw_fpdu_read *rd,
+			const struct xiw_fpdu_mr *mr, const void *qp_pd,
+			u64 *off)
+{
+	if (!rd || f->stag != rd->stag || f->to != rd->to ||
+	    f->data_len > rd->left || (f->last && f->data_len != rd->left))
+		return -ENOENT;
+	return xiw_fpdu_reach(f, mr, qp_pd, XIW_FPDU_LOCAL_WRITE, off);
+}
+
+/* A segment xiw_fpdu_check_read() accepted was placed; true if the last. */
+bool xiw_fpdu_read_placed(struct xiw_fpdu_read *rd, const struct xiw_fpdu *f)
+{
+	rd->to += f->data_len;
+	rd->left -= f->data_len;
+	return f->last;
 }
 
 #ifdef __KERNEL__

@@ -13,12 +13,15 @@
  * order, and the stream goes back to the provider (XIW_PLACE_USER and a
  * mark), whose engine keeps every other decision and builds every
  * Terminate. The Write accounting Immediate Data needs travels with the
- * stream in the slot. A small FPDU left whole in the socket (a short Send,
+ * stream in the slot, and so may the provider's oldest outstanding Read
+ * (XIW_PLACE_F_READ): its Read Responses are placed too, each where the Read's
+ * data has reached, and the Read's last segment marks the stream for the
+ * provider to complete it. A small FPDU left whole in the socket (a short Send,
  * say) goes up in the slot instead (XIW_PLACE_HANDED), its bytes as they
  * came, so that the provider reads no socket for it.
  *
- * A region is pinned at registration when the provider asks (one the peer
- * may write), within the caller's locked-memory limit; one that cannot be
+ * A region is pinned at registration when the provider asks (one that may
+ * be written), within the caller's locked-memory limit; one that cannot be
  * pinned is registered all the same and the provider places for it. A
  * region leaves the table when its STag is invalidated or it is
  * deregistered, and either waits for a placement into it under way.
@@ -40,7 +43,7 @@
 static bool kernel_place = true;
 module_param(kernel_place, bool, 0644);
 MODULE_PARM_DESC(kernel_place,
-		 "place RDMA Writes from the socket of a stream the provider lends");
+		 "place RDMA Writes and Read Responses from the socket of a stream the provider lends");
 
 static bool direct_cq_event = true;
 module_param(direct_cq_event, bool, 0644);
@@ -56,6 +59,7 @@ MODULE_PARM_DESC(hand_up,
 static atomic64_t xiw_fpdus_placed = ATOMIC64_INIT(0);
 static atomic64_t xiw_cq_events_direct = ATOMIC64_INIT(0);
 static atomic64_t xiw_fpdus_handed = ATOMIC64_INIT(0);
+static atomic64_t xiw_read_fpdus_placed = ATOMIC64_INIT(0);
 
 static int xiw_counter_get(char *buf, const struct kernel_param *kp)
 {
@@ -75,6 +79,10 @@ MODULE_PARM_DESC(cq_events_direct,
 module_param_cb(fpdus_handed, &xiw_counter_ops, &xiw_fpdus_handed, 0444);
 MODULE_PARM_DESC(fpdus_handed,
 		 "FPDUs handed up in events slots from sockets so far");
+module_param_cb(read_fpdus_placed, &xiw_counter_ops, &xiw_read_fpdus_placed,
+		0444);
+MODULE_PARM_DESC(read_fpdus_placed,
+		 "RDMA Read Response FPDUs placed from sockets so far");
 
 /* Regions above this are left to the provider (4 GiB of 4 KiB pages). */
 #define XIW_PIN_MAX_PAGES	BIT(20)
@@ -211,6 +219,11 @@ struct xiw_place {
 	bool stop;
 	struct xiw_tally tally;
 	unsigned int placed;
+	/* The Read lent (while `read_lent`), its segments placed, its last. */
+	struct xiw_fpdu_read read;
+	bool read_lent;
+	bool read_done;
+	unsigned int reads_placed;
 	/* The FPDU it stopped at: what it completes (XIW_FPDU_EV_*), its size. */
 	int event;
 	u32 next_total;
@@ -262,19 +275,24 @@ static bool xiw_copy(struct xiw_mr *mr, u64 at, struct sk_buff *skb,
 	return true;
 }
 
-/* Places the RDMA Write `f` at `off` of `skb` if every check passes. */
+/*
+ * Places the RDMA Write or (`read`) Read Response `f` at `off` of `skb` if
+ * every check passes.
+ */
 static bool xiw_place_fpdu(struct xiw_place *p, struct sk_buff *skb,
-			   unsigned int off, const struct xiw_fpdu *f)
+			   unsigned int off, const struct xiw_fpdu *f, bool read)
 {
 	struct xiw_fpdu_mr d;
 	struct xiw_mr *mr;
 	bool ok;
 	u64 at;
 
+	if (read && !p->read_lent)
+		return false;
 	if (p->crc && !xiw_skb_crc_ok(skb, off, f->total))
 		return false;
-	/* A zero-length Write touches no memory. */
-	if (!f->data_len)
+	/* A zero-length Write touches no memory (a Read's sink is checked). */
+	if (!f->data_len && !read)
 		return true;
 	rcu_read_lock();
 	mr = xa_load(&to_xpd(p->pd)->mrs, f->stag);
@@ -290,7 +308,8 @@ static bool xiw_place_fpdu(struct xiw_place *p, struct sk_buff *skb,
 	d.access = mr->access;
 	d.valid = true;
 	/* The provider lends the stream only while the QP takes remote Writes. */
-	ok = !xiw_fpdu_check(f, &d, p->pd, XIW_FPDU_REMOTE_WRITE, &at) &&
+	ok = !(read ? xiw_fpdu_check_read(f, &p->read, &d, p->pd, &at) :
+		      xiw_fpdu_check(f, &d, p->pd, XIW_FPDU_REMOTE_WRITE, &at)) &&
 	     xiw_copy(mr, at, skb, off + XIW_FPDU_HEAD, f->data_len);
 	xiw_mr_put(mr);
 	return ok;
@@ -304,6 +323,7 @@ static int xiw_place_actor(read_descriptor_t *desc, struct sk_buff *skb,
 	struct xiw_fpdu f = {};
 	size_t used = 0;
 	u32 have;
+	int kind;
 
 	while (!p->stop && used < len) {
 		have = min_t(size_t, len - used, XIW_FPDU_HEAD);
@@ -311,17 +331,29 @@ static int xiw_place_actor(read_descriptor_t *desc, struct sk_buff *skb,
 			p->stop = true;
 			break;
 		}
-		if (xiw_fpdu_head(hdr, have, &f) != XIW_FPDU_PLACE ||
+		kind = xiw_fpdu_head(hdr, have, &f);
+		if ((kind != XIW_FPDU_PLACE && kind != XIW_FPDU_READ) ||
 		    f.total > len - used ||
-		    !xiw_place_fpdu(p, skb, off + used, &f)) {
+		    !xiw_place_fpdu(p, skb, off + used, &f,
+				    kind == XIW_FPDU_READ)) {
 			p->stop = true;
 			p->event = xiw_fpdu_event(hdr, have);
 			p->next_total = f.total;
 			break;
 		}
-		xiw_tally_written(&p->tally, f.data_len, f.last);
+		if (kind == XIW_FPDU_PLACE) {
+			xiw_tally_written(&p->tally, f.data_len, f.last);
+			p->placed++;
+		} else {
+			/* Every message forgets the Write before it. */
+			p->tally.after_valid = false;
+			p->reads_placed++;
+			if (xiw_fpdu_read_placed(&p->read, &f)) {
+				p->read_lent = false;
+				p->read_done = true;
+			}
+		}
 		used += f.total;
-		p->placed++;
 	}
 	if (p->stop)
 		desc->count = 0;
@@ -401,6 +433,19 @@ static bool xiw_place_hand(struct sock *sk, struct xiw_events_slot *s,
 }
 
 /*
+ * Sets and clears bits of the slot's flags in place: the provider may or in
+ * XIW_PLACE_F_READ meanwhile (lending a Read it just sent).
+ */
+static void xiw_slot_flags(struct xiw_events_slot *s, u32 set, u32 clear)
+{
+	u32 old = READ_ONCE(s->flags), new;
+
+	do {
+		new = (old & ~clear) | set;
+	} while (!try_cmpxchg(&s->flags, &old, new));
+}
+
+/*
  * The socket's receive callback, for a stream of the context's: places what
  * it can if the provider lent the stream (XIW_PLACE_ALL if that was all).
  * What is left goes back to the provider, and if it is a message that
@@ -412,8 +457,8 @@ int xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 	struct xiw_place p = { .pd = ev->pd, .crc = ev->crc };
 	struct xiw_events_slot *s;
 	read_descriptor_t desc = {};
+	u32 place, len, flags;
 	bool whole;
-	u32 place, len;
 
 	if (!ev->uctx)
 		return XIW_PLACE_LEFT;
@@ -428,22 +473,37 @@ int xiw_place_stream(struct sock *sk, struct xiw_stream_ev *ev)
 	}
 	if (!READ_ONCE(kernel_place) || !ev->pd || place != XIW_PLACE_KERNEL)
 		return XIW_PLACE_LEFT;
+	/* The Read after its flag (the provider may lend it while lent). */
+	flags = smp_load_acquire(&s->flags);
 	p.tally.write_len = READ_ONCE(s->write_len);
 	p.tally.after_write = READ_ONCE(s->after_write);
-	p.tally.after_valid = READ_ONCE(s->flags) & XIW_PLACE_F_AFTER_WRITE;
+	p.tally.after_valid = flags & XIW_PLACE_F_AFTER_WRITE;
+	p.read_lent = flags & XIW_PLACE_F_READ;
+	if (p.read_lent) {
+		p.read.stag = READ_ONCE(s->read_stag);
+		p.read.to = READ_ONCE(s->read_to);
+		p.read.left = READ_ONCE(s->read_left);
+	}
 	desc.arg.data = &p;
 	desc.count = 1;
 	tcp_read_sock(sk, &desc, xiw_place_actor);
-	/* Nothing placed leaves the tally as the provider lent it. */
-	if (p.placed) {
+	/* Nothing placed leaves the slot as the provider lent it. */
+	if (p.placed || p.reads_placed) {
 		WRITE_ONCE(s->write_len, p.tally.write_len);
 		WRITE_ONCE(s->after_write, p.tally.after_write);
-		WRITE_ONCE(s->flags,
-			   p.tally.after_valid ? XIW_PLACE_F_AFTER_WRITE : 0);
+		if (p.reads_placed) {
+			WRITE_ONCE(s->read_to, p.read.to);
+			WRITE_ONCE(s->read_left, p.read.left);
+		}
+		xiw_slot_flags(s, p.tally.after_valid ? XIW_PLACE_F_AFTER_WRITE : 0,
+			       (p.tally.after_valid ? 0 : XIW_PLACE_F_AFTER_WRITE) |
+			       (p.read_done ? XIW_PLACE_F_READ : 0));
 		atomic64_add(p.placed, &xiw_fpdus_placed);
+		atomic64_add(p.reads_placed, &xiw_read_fpdus_placed);
 	}
+	/* A Read answered: the provider completes it. */
 	if (!p.stop)
-		return XIW_PLACE_ALL;
+		return p.read_done ? XIW_PLACE_LEFT : XIW_PLACE_ALL;
 	whole = p.next_total && (u32)tcp_inq(sk) >= p.next_total;
 	if (!whole || !xiw_place_hand(sk, s, p.next_total))
 		/* The tally before the stream goes back (the provider: the reverse). */

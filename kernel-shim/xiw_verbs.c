@@ -478,7 +478,7 @@ static struct ib_mr *xiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len,
 	mr->base.rkey = req.stag;
 	mr->base.pd = pd;
 	mr->access = access;
-	if ((req.flags & XIW_REG_MR_PLACE) && (access & IB_ACCESS_REMOTE_WRITE))
+	if ((req.flags & XIW_REG_MR_PLACE) && (access & IB_ACCESS_LOCAL_WRITE))
 		xiw_mr_pin(mr, start, len, req.iova);
 	return &mr->base;
 }

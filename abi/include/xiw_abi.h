@@ -222,13 +222,21 @@ struct xiw_stream {
  * XIW_HAND_DONE in it once the bytes are there.
  * XIW_HAND_MORE: the socket may hold more (bytes came after, or were there
  * already).
+ *
+ * With XIW_PLACE_F_READ in `flags`, the Read Responses of the provider's
+ * oldest outstanding Read are lent too: the module places a whole Read
+ * Response segment for `read_stag` at exactly `read_to`, no longer than
+ * `read_left` (and exactly that long if it is the last), into a region of
+ * its table granting local writes, advances `read_to` and `read_left`, and
+ * clears the flag with the last segment, marking the stream for the
+ * provider to complete the Read.
  */
 #define XIW_EVENTS_MAGIC	0x78697745u	/* "xiwE" */
-#define XIW_EVENTS_VERSION	3u
+#define XIW_EVENTS_VERSION	4u
 #define XIW_EVENTS_SLOTS	XIW_MAX_QP
 #define XIW_EVENTS_SUMMARY_OFFSET	64u
 #define XIW_EVENTS_SLOTS_OFFSET	(XIW_EVENTS_SUMMARY_OFFSET + XIW_EVENTS_SLOTS / 8)
-#define XIW_EVENTS_SLOT_BYTES	64u
+#define XIW_EVENTS_SLOT_BYTES	128u
 #define XIW_EVENTS_BYTES	(XIW_EVENTS_SLOTS_OFFSET + XIW_EVENTS_SLOTS * XIW_EVENTS_SLOT_BYTES)
 
 #define XIW_EV_DATA		(1u << 0)	/* bytes (or the end) to read */
@@ -261,6 +269,7 @@ struct xiw_events_header {
 #define XIW_PLACE_KERNEL	1u
 #define XIW_PLACE_HANDED	2u
 #define XIW_PLACE_F_AFTER_WRITE	(1u << 0)
+#define XIW_PLACE_F_READ	(1u << 1)
 #define XIW_HAND_BYTES		28u
 #define XIW_HAND_LEN_MASK	0xffffu
 #define XIW_HAND_MORE		(1u << 31)
@@ -275,15 +284,21 @@ struct xiw_events_slot {
 	__u64 after_write;	/* of the Write message just before */
 	__u32 hand_len;		/* bytes in `hand`, and XIW_HAND_MORE */
 	__u8 hand[XIW_HAND_BYTES];
+	__u32 read_stag;	/* the lent Read's sink STag */
+	__u32 read_reserved;
+	__u64 read_to;		/* where its next Read Response segment goes */
+	__u64 read_left;	/* its bytes still to come */
+	__u64 reserved[5];
 };
 
 /*
  * The driver data of REG_MR: the STag the provider gave the region, which
  * the module takes as the kernel's MR's keys, and flags. With
- * XIW_REG_MR_PLACE (a region with remote write rights) the module pins the
+ * XIW_REG_MR_PLACE (a region with local write rights) the module pins the
  * region's pages, within the caller's locked-memory limit, to place RDMA
- * Writes into it from the socket; a region it cannot pin is registered all
- * the same, and the provider places for it.
+ * Writes (remote write rights) and Read Responses (the sink of a Read) into
+ * it from the socket; a region it cannot pin is registered all the same,
+ * and the provider places for it.
  */
 #define XIW_REG_MR_PLACE	(1u << 0)
 

@@ -29,17 +29,25 @@
 //! it takes a byte (so never once the provider took it back), and releases
 //! [`HAND_DONE`] in `hand_len` once the bytes are there; [`HAND_MORE`] says
 //! the socket may hold more.
+//!
+//! The Read Responses of the oldest Read this side sent may be lent too
+//! (`flags` with [`PLACE_F_READ`]): the module places a whole Read Response
+//! segment that goes to `read_stag` at exactly `read_to`, no longer than
+//! `read_left` and, if the last, exactly that long, into a region of its
+//! table that grants local writes; it advances `read_to` and `read_left`,
+//! and clears [`PLACE_F_READ`] with the last segment (the Read is
+//! answered, and the stream is marked so that the provider completes it).
 
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::limits::MAX_QP;
 
 pub const EVENTS_MAGIC: u32 = 0x7869_7745; // "xiwE"
-pub const EVENTS_VERSION: u32 = 3;
+pub const EVENTS_VERSION: u32 = 4;
 pub const SLOTS: u32 = MAX_QP;
 pub const SUMMARY_OFFSET: usize = 64;
 pub const SLOTS_OFFSET: usize = SUMMARY_OFFSET + SLOTS as usize / 8;
-pub const SLOT_BYTES: usize = 64;
+pub const SLOT_BYTES: usize = 128;
 pub const EVENTS_BYTES: usize = SLOTS_OFFSET + SLOTS as usize * SLOT_BYTES;
 
 /// Bytes (or the stream's end) to read.
@@ -98,6 +106,9 @@ pub const HAND_DONE: u32 = 1 << 30;
 /// `EventsSlot::flags`: `after_write` holds the length of the RDMA Write
 /// message just before the next one (none: the last message was another).
 pub const PLACE_F_AFTER_WRITE: u32 = 1 << 0;
+/// `EventsSlot::flags`: the Read Responses of the Read in `read_stag`,
+/// `read_to` and `read_left` are lent with the stream.
+pub const PLACE_F_READ: u32 = 1 << 1;
 
 #[repr(C)]
 pub struct EventsSlot {
@@ -112,6 +123,14 @@ pub struct EventsSlot {
     /// Written by the module only while the stream is lent to it, read by
     /// the provider only once it is handed back.
     pub hand: [u8; HAND_BYTES],
+    /// The sink STag of the Read lent ([`PLACE_F_READ`]).
+    pub read_stag: AtomicU32,
+    pub read_reserved: u32,
+    /// The TO its next Read Response segment goes to.
+    pub read_to: AtomicU64,
+    /// Bytes of it still to come.
+    pub read_left: AtomicU64,
+    pub reserved: [u64; 5],
 }
 
 /// A summary word: bit `k` of word `w` is slot `64 * w + k`.

@@ -375,9 +375,9 @@ pub struct RegMrReq {
     pub iova: u64,
 }
 
-/// [`RegMrReq::flags`]: pin the region so that the module places RDMA
-/// Writes into it from the socket (a region it cannot pin is registered
-/// all the same).
+/// [`RegMrReq::flags`]: pin the region (one with local write rights) so
+/// that the module places RDMA Writes and Read Responses into it from the
+/// socket (a region it cannot pin is registered all the same).
 pub const REG_MR_PLACE: u32 = 1 << 0;
 /// `UVERBS_OBJECT_MR`.
 pub const OBJECT_MR: u16 = 7;

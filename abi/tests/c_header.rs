@@ -69,6 +69,9 @@ fn c_header_matches_rust_layout() {
         "struct xiw_events_slot", "after_write", offset_of!(events::EventsSlot, after_write);
         "struct xiw_events_slot", "hand_len", offset_of!(events::EventsSlot, hand_len);
         "struct xiw_events_slot", "hand", offset_of!(events::EventsSlot, hand);
+        "struct xiw_events_slot", "read_stag", offset_of!(events::EventsSlot, read_stag);
+        "struct xiw_events_slot", "read_to", offset_of!(events::EventsSlot, read_to);
+        "struct xiw_events_slot", "read_left", offset_of!(events::EventsSlot, read_left);
         "struct xiw_alloc_ucontext_resp", "events_offset", offset_of!(kernel::AllocUcontextResp, events_offset);
         "struct xiw_alloc_ucontext_resp", "events_len", offset_of!(kernel::AllocUcontextResp, events_len);
         "struct xiw_create_qp_resp", "events_slot", offset_of!(kernel::CreateQpDrvResp, events_slot);
@@ -121,6 +124,7 @@ fn c_header_matches_rust_layout() {
         ("XIW_PLACE_USER", events::PLACE_USER as u64),
         ("XIW_PLACE_KERNEL", events::PLACE_KERNEL as u64),
         ("XIW_PLACE_HANDED", events::PLACE_HANDED as u64),
+        ("XIW_PLACE_F_READ", events::PLACE_F_READ as u64),
         ("XIW_HAND_BYTES", events::HAND_BYTES as u64),
         ("XIW_HAND_LEN_MASK", events::HAND_LEN_MASK as u64),
         ("XIW_HAND_MORE", events::HAND_MORE as u64),

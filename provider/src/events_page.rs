@@ -8,7 +8,7 @@ use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 
 use xiw_abi::events::*;
-use xiw_engine::recv::WriteTally;
+use xiw_engine::recv::{LentRead, WriteTally};
 
 use crate::sys;
 
@@ -128,21 +128,36 @@ impl StreamEvents {
     }
 
     /// Lends the stream of `slot` to the module, which may place whole RDMA
-    /// Writes from its head, with the engine's Write tally (the caller
-    /// holds no byte of it and is between two FPDUs).
-    pub fn lend(&self, slot: u32, t: WriteTally) {
+    /// Writes from its head, with the engine's Write tally, and the Read
+    /// Responses of `read` (the caller holds no byte of it and is between
+    /// two FPDUs).
+    pub fn lend(&self, slot: u32, t: WriteTally, read: Option<LentRead>) {
         let Some(s) = self.slot(slot) else { return };
         s.write_len.store(t.write_len, Ordering::Relaxed);
         s.after_write
             .store(t.after_write.unwrap_or(0), Ordering::Relaxed);
-        let flags = if t.after_write.is_some() {
+        let mut flags = if t.after_write.is_some() {
             PLACE_F_AFTER_WRITE
         } else {
             0
         };
+        if let Some(r) = read {
+            s.read_stag.store(r.stag, Ordering::Relaxed);
+            s.read_to.store(r.to, Ordering::Relaxed);
+            s.read_left.store(r.left, Ordering::Relaxed);
+            flags |= PLACE_F_READ;
+        }
         s.flags.store(flags, Ordering::Relaxed);
         // The tally before the stream (the module: the reverse).
         s.place.store(PLACE_KERNEL, Ordering::Release);
+    }
+
+    /// Whether the stream of `slot` is still lent to the module, which then
+    /// placed all that came (it gives the stream back at the first FPDU it
+    /// does not place, and marks it).
+    pub fn still_lent(&self, slot: u32) -> bool {
+        self.slot(slot)
+            .is_some_and(|s| s.place.load(Ordering::Acquire) == PLACE_KERNEL)
     }
 
     /// Takes the stream of `slot` back from the module: it places nothing
@@ -203,6 +218,29 @@ impl StreamEvents {
             write_len: s.write_len.load(Ordering::Relaxed),
             after_write: after.then(|| s.after_write.load(Ordering::Relaxed)),
         }
+    }
+
+    /// Lends the Read Responses of `r` with the stream of `slot`, lent
+    /// already with none: the module takes them from its next pass on.
+    pub fn lend_read(&self, slot: u32, r: LentRead) {
+        let Some(s) = self.slot(slot) else { return };
+        s.read_stag.store(r.stag, Ordering::Relaxed);
+        s.read_to.store(r.to, Ordering::Relaxed);
+        s.read_left.store(r.left, Ordering::Relaxed);
+        // The Read before the flag (the module: the reverse); the module
+        // changes the other flags in place, so this one is or'ed in.
+        s.flags.fetch_or(PLACE_F_READ, Ordering::Release);
+    }
+
+    /// What the module left of the Read lent with the stream: the bytes
+    /// still to come, and whether it placed the last segment. Read as
+    /// [`StreamEvents::tally`] is, after it.
+    pub fn read_left(&self, slot: u32) -> (u64, bool) {
+        let Some(s) = self.slot(slot) else {
+            return (u64::MAX, false);
+        };
+        let done = s.flags.load(Ordering::Relaxed) & PLACE_F_READ == 0;
+        (s.read_left.load(Ordering::Relaxed), done)
     }
 
     /// Whether any slot was marked since the last [`StreamEvents::drain`].

@@ -4,7 +4,8 @@
  * space) on frames laid out by hand from RFC 5044 (FPDU), RFC 5041 section
  * 4.3 (tagged DDP header) and RFC 5040 section 4.1 (RDMAP control): which
  * are placed, which are left for user space, when more bytes are needed,
- * every refusal of the region check, and the CRC32c.
+ * every refusal of the region check and of the Read Response check, and the
+ * CRC32c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,13 @@ static void frames(void)
 	CHECK(head(f, 16, &w) == XIW_FPDU_PLACE);
 	CHECK(w.total == 2 + 65535 + 3 + 4 && w.data_len == 65535 - 14);
 
+	/* A Read Response: the same header, for the Read's check. */
+	n = frame(f, 0x81, 0x42, 0x12345, 0x2000, "abc");
+	CHECK(head(f, n, &w) == XIW_FPDU_READ);
+	CHECK(w.stag == 0x12345 && w.to == 0x2000 && w.data_len == 3 && !w.last);
+	n = frame(f, 0xc1, 0x42, 0x12345, 0x2003, "");
+	CHECK(head(f, n, &w) == XIW_FPDU_READ && w.last && w.data_len == 0);
+
 	/* Shorter than a tagged header: known from the length alone. */
 	put_be(f, 13, 2);
 	CHECK(head(f, 2, &w) == XIW_FPDU_UP && w.total == 20);
@@ -104,7 +112,10 @@ static void frames(void)
 	CHECK(head(f, 2, &w) == XIW_FPDU_UP && w.total == 8);
 }
 
-/* Headers whose first two bytes are not those of a clean RDMA Write. */
+/*
+ * Headers whose first two bytes are not those of a clean RDMA Write or Read
+ * Response.
+ */
 static void left_up(void)
 {
 	static const u8 bad[][2] = {
@@ -117,7 +128,11 @@ static void left_up(void)
 		{ 0xc1, 0x00 }, /* RDMAP version 0 */
 		{ 0xc1, 0x80 }, /* RDMAP version 2 */
 		{ 0xc1, 0x60 }, /* RDMAP reserved bit */
-		{ 0xc1, 0x42 }, /* Read Response */
+		{ 0xc1, 0x41 }, /* Read Request, tagged */
+		{ 0xc1, 0x43 }, /* Send, tagged */
+		{ 0xc1, 0x62 }, /* Read Response, RDMAP reserved bit */
+		{ 0xc1, 0x02 }, /* Read Response, RDMAP version 0 */
+		{ 0xc9, 0x42 }, /* Read Response, DDP reserved bit */
 		{ 0xc1, 0x50 }, /* Atomic Write Request */
 	};
 	struct xiw_fpdu w;
@@ -198,6 +213,73 @@ static void region_check(void)
 	CHECK(xiw_fpdu_check(&w, &mr, &pd, rw, &off) == 0 && off == 0);
 	w.data_len = 0x100;
 	CHECK(xiw_fpdu_check(&w, &mr, &pd, rw, &off) != 0);
+}
+
+/* The Read Response check against the Read lent, and its advance. */
+static void read_check(void)
+{
+	int pd = 0, other = 0;
+	struct xiw_fpdu w = { .stag = 0x12345, .to = 0x2010, .data_len = 16 };
+	struct xiw_fpdu_read rd = { .stag = 0x12345, .to = 0x2010, .left = 48 };
+	const struct xiw_fpdu_mr good = {
+		.stag = 0x12345, .pd = &pd, .iova = 0x2000, .len = 0x100,
+		.access = XIW_FPDU_LOCAL_WRITE, .valid = true,
+	};
+	struct xiw_fpdu_mr mr;
+	u64 off = 0;
+
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) == 0 && off == 0x10);
+	CHECK(xiw_fpdu_check_read(&w, NULL, &good, &pd, &off) != 0);
+	CHECK(xiw_fpdu_check_read(&w, &rd, NULL, &pd, &off) != 0);
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &other, &off) != 0);
+	/* A region without the local write right, however remote its rights. */
+	mr = good;
+	mr.access = XIW_FPDU_REMOTE_WRITE | 4 | 8;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &mr, &pd, &off) != 0);
+	mr = good;
+	mr.valid = false;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &mr, &pd, &off) != 0);
+	/* Another STag, another TO than where the Read's data has reached. */
+	w.stag = 0x12346;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.stag = 0x12345;
+	w.to = 0x2011;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.to = 0x2000;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.to = 0x2010;
+	/* More than is left; the last with less or more than is left. */
+	w.data_len = 49;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.data_len = 47;
+	w.last = true;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.data_len = 48;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) == 0);
+	/* The region's bounds hold even where the Read's do. */
+	rd.left = 0x200;
+	w.data_len = 0x100;
+	w.last = false;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.data_len = 0xf0;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) == 0);
+	/* Placed: the next segment goes after it; the last one ends the Read. */
+	rd.left = 48;
+	w.data_len = 16;
+	CHECK(!xiw_fpdu_read_placed(&rd, &w));
+	CHECK(rd.to == 0x2020 && rd.left == 32);
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.to = 0x2020;
+	w.data_len = 32;
+	w.last = true;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) == 0 && off == 0x20);
+	CHECK(xiw_fpdu_read_placed(&rd, &w) && rd.left == 0 && rd.to == 0x2040);
+	/* Nothing is left: only a zero-length last segment would fit. */
+	w.to = 0x2040;
+	w.data_len = 1;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) != 0);
+	w.data_len = 0;
+	CHECK(xiw_fpdu_check_read(&w, &rd, &good, &pd, &off) == 0);
 }
 
 /* CRC32c a bit at a time: the definition, to check the module's routine by. */
@@ -315,6 +397,7 @@ int main(void)
 	left_up();
 	events();
 	region_check();
+	read_check();
 	crc();
 	printf("xiw_fpdu_frames: %d checks\n", checks);
 	return 0;

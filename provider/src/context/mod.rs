@@ -117,6 +117,11 @@ pub struct Config {
     /// (XIW_KERNEL_PLACE=0: the provider places everything itself, and
     /// keeps the streams it connects to itself).
     pub kernel_place: bool,
+    /// Kernel mode: with a stream lent, the module places the Read
+    /// Responses of the oldest outstanding Read too, when its sink is one
+    /// span of a region (XIW_KERNEL_PLACE_READS=0: the provider places
+    /// every Read Response).
+    pub kernel_place_reads: bool,
     /// Kernel mode: the module may raise an armed CQ's completion event
     /// itself when a message that completes a receive comes on a lent
     /// stream (XIW_KERNEL_EVENTS=0 leaves every event to the provider).
@@ -144,6 +149,7 @@ impl Config {
             trim: Duration::from_millis(num("XIW_TRIM_MS", 1000)),
             avoid_app_cpu: num("XIW_PROGRESS_AFFINITY", 1) != 0,
             kernel_place: num("XIW_KERNEL_PLACE", 1) != 0,
+            kernel_place_reads: num("XIW_KERNEL_PLACE_READS", 1) != 0,
             kernel_events: num("XIW_KERNEL_EVENTS", 1) != 0,
             extensions: num("XIW_EXTENSIONS", 1) != 0,
             confirm: std::env::var("XIW_COMPLETION").is_ok_and(|v| v.trim() == "placed"),

@@ -92,6 +92,21 @@ pub struct QpCore {
     pub last_error: AtomicU32,
     /// A failure found where it could not be acted on (see [`QpCore::defer_fail`]).
     pub deferred: Mutex<Option<Fail>>,
+    /// Kernel mode: the Read whose Read Responses are lent with the stream.
+    pub read_lend: parking_lot::Mutex<ReadLend>,
+}
+
+/// Kernel mode: the Read Responses lent to the module with the stream. The
+/// receive side sets it as it lends the stream and takes it as it takes the
+/// stream back; the transmit side, finding the stream lent with no Read
+/// (`open`) when a Read it frames is the oldest outstanding request, lends
+/// that Read's Read Responses before the request goes out.
+#[derive(Debug, Default)]
+pub struct ReadLend {
+    /// Lent with no Read: one may be lent now.
+    pub open: bool,
+    /// The Read lent, as it was lent.
+    pub lent: Option<xiw_engine::recv::LentRead>,
 }
 
 impl QpCore {
@@ -164,6 +179,7 @@ impl QpCore {
             destroyed: AtomicBool::new(false),
             last_error: AtomicU32::new(IBV_WC_SUCCESS),
             deferred: Mutex::new(None),
+            read_lend: parking_lot::Mutex::new(ReadLend::default()),
             sh,
         })
     }

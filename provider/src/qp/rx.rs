@@ -12,7 +12,7 @@ use xiw_engine::send::{ReadArrival, Span};
 
 use crate::events_page::StreamEvents;
 use crate::mem::AccessError;
-use crate::qp::core::QpCore;
+use crate::qp::core::{QpCore, ReadLend};
 use crate::qp::tx::{Inbound, Outstanding, TxCell};
 use crate::queue::{sge_spans, take_single, RecvJob, RecvSges};
 use crate::sys;
@@ -33,6 +33,10 @@ pub struct Rx {
     lendable: bool,
     /// Lent since the last read: the Write tally is the module's.
     lent: bool,
+    /// Taken back with what the module left of that Read (the bytes still
+    /// to come, whether it placed the last segment), for the engine to
+    /// count ([`settle`]).
+    read_back: Option<(recv::LentRead, u64, bool)>,
     /// Kernel mode: `Some` while `buf` starts with bytes the module handed
     /// up, not processed yet; true if the socket may hold more after them.
     handed: Option<bool>,
@@ -47,6 +51,7 @@ impl Default for Rx {
             active: false,
             lendable: false,
             lent: false,
+            read_back: None,
             handed: None,
         }
     }
@@ -106,6 +111,12 @@ impl Rx {
     fn taken_back(&mut self, qp: &QpCore, ev: &StreamEvents, slot: u32) {
         self.lent = false;
         self.engine.take_back(ev.tally(slot));
+        // Taken under the lock the transmit side lends a Read under.
+        let lent = std::mem::take(&mut *qp.read_lend.lock());
+        if let Some(r) = lent.lent {
+            let (left, done) = ev.read_left(slot);
+            self.read_back = Some((r, left, done));
+        }
         qp.recv_cq.owe_signalled(ev, slot);
     }
 
@@ -153,7 +164,15 @@ fn read_stream(
     to_end: bool,
 ) -> Result<(), Fail> {
     let Some(fd) = rx.fd else { return Ok(()) };
+    if rx.lent && !to_end {
+        if let Some((ev, slot)) = qp.stream_events().filter(|(ev, slot)| ev.still_lent(*slot)) {
+            if let Some(r) = answered_lent(qp, &mut rx, tx, ev, slot) {
+                return r;
+            }
+        }
+    }
     rx.recall(qp);
+    settle(qp, &mut rx, tx)?;
     let events = qp.stream_events().filter(|_| rx.lendable);
     let r = match rx.handed.take() {
         // What the module handed up comes first; with nothing more in the
@@ -171,7 +190,12 @@ fn read_stream(
     if let (Some((ev, slot)), Ok(())) = (events, &r) {
         if rx.fd.is_some() && rx.buf.is_empty() {
             if let Some(t) = rx.engine.lend() {
-                ev.lend(slot, t);
+                let read = lend_read(qp, &mut rx, tx);
+                ev.lend(slot, t, read);
+                *qp.read_lend.lock() = ReadLend {
+                    open: read.is_none() && qp.sh.cfg.kernel_place_reads,
+                    lent: read,
+                };
                 rx.lent = true;
             }
         }
@@ -248,6 +272,7 @@ fn read_loop(
                 Some((ev, slot)) => rx.taken_back(qp, ev, slot),
                 None => rx.lent = false,
             }
+            settle(qp, rx, tx)?;
         }
         if n <= 0 {
             match stream_end(qp, rx, fd, n) {
@@ -264,6 +289,139 @@ fn read_loop(
             return Ok(());
         }
     }
+}
+
+/// The Read Responses the module may place with the stream lent: those of
+/// the oldest outstanding Read, if the engine finds its sink placeable
+/// from a Read Response's STag and TO alone (XIW_KERNEL_PLACE_READS=0: none).
+fn lend_read(qp: &QpCore, rx: &mut Rx, tx: &TxCell) -> Option<recv::LentRead> {
+    if !qp.sh.cfg.kernel_place_reads {
+        return None;
+    }
+    let mut want_kick = false;
+    let mut host = Placer {
+        qp,
+        tx,
+        want_kick: &mut want_kick,
+    };
+    rx.engine.lend_read(&mut host)
+}
+
+/// The spans of registered memory `n` bytes of local buffer list `l` from
+/// offset `off` occupy, each checked for a local write ([`recv::Host::locate_local`]).
+fn locate_sink(
+    qp: &QpCore,
+    l: &Arc<[Sge]>,
+    off: u64,
+    n: usize,
+    spans: &mut Vec<Span>,
+) -> Result<bool, AccessError> {
+    qp.sh.mrs.with_reader(|r| {
+        r.spans(
+            qp.by(),
+            sge_spans(l, off, n),
+            n,
+            IBV_ACCESS_LOCAL_WRITE,
+            spans,
+        )
+    })
+}
+
+/// The transmit side framed requests, and the oldest outstanding is
+/// `oldest`: if it is a Read none of whose data has come, and the stream
+/// is lent with no Read, its Read Responses are lent too (before the
+/// request goes out, so that the module can place them all). Never waits
+/// for the receive side.
+pub fn offer_read(qp: &QpCore, oldest: Option<&Outstanding>) {
+    let Some(Outstanding::Read(pr)) = oldest else {
+        return;
+    };
+    if pr.received != 0 {
+        return;
+    }
+    let Some(mut g) = qp.read_lend.try_lock() else {
+        return;
+    };
+    if !g.open {
+        return;
+    }
+    // One try per lending of the stream.
+    g.open = false;
+    let Some((ev, slot)) = qp.stream_events() else {
+        return;
+    };
+    let Some(r) = recv::LentRead::of(pr, |l, off, n, spans| locate_sink(qp, l, off, n, spans))
+    else {
+        return;
+    };
+    ev.lend_read(slot, r);
+    g.lent = Some(r);
+}
+
+/// The stream is still lent, and the module placed the last Read Response
+/// of the Read lent with it: the Read completes, and the next Read's Read
+/// Responses (or, with none outstanding, the next Read framed: `open`) are
+/// lent in its place, all without taking the stream back. Then nothing is
+/// left in the socket for this side: the module took everything up to that
+/// Read Response from the head of the stream (bytes that came while the
+/// stream was not lent, and were marked, included), and leaves in it only
+/// what it gives the stream back at. `None` if that is not so: the stream
+/// is read as usual.
+fn answered_lent(
+    qp: &QpCore,
+    rx: &mut Rx,
+    tx: &TxCell,
+    ev: &StreamEvents,
+    slot: u32,
+) -> Option<Result<(), Fail>> {
+    {
+        let mut g = qp.read_lend.lock();
+        let lent = g.lent?;
+        let (left, done) = ev.read_left(slot);
+        if !done {
+            return None;
+        }
+        // Neither side lends another Read until this one is counted.
+        g.lent = None;
+        g.open = false;
+        rx.read_back = Some((lent, left, done));
+    }
+    if let Err(f) = settle(qp, rx, tx) {
+        return Some(Err(f));
+    }
+    let next = lend_read(qp, rx, tx);
+    let mut g = qp.read_lend.lock();
+    match next {
+        Some(r) => {
+            ev.lend_read(slot, r);
+            g.lent = Some(r);
+        }
+        None => g.open = qp.sh.cfg.kernel_place_reads,
+    }
+    Some(Ok(()))
+}
+
+/// Counts what the module placed of a Read lent to it, once the stream is
+/// back: with its last segment the Read completes (and an ORD credit is
+/// free); a Read flushed meanwhile ends the stream.
+fn settle(qp: &QpCore, rx: &mut Rx, tx: &TxCell) -> Result<(), Fail> {
+    let Some((lent, left, done)) = rx.read_back.take() else {
+        return Ok(());
+    };
+    let mut want_kick = false;
+    let mut host = Placer {
+        qp,
+        tx,
+        want_kick: &mut want_kick,
+    };
+    let r = rx.engine.read_back(&mut host, lent, left, done);
+    if want_kick {
+        tx.kick(qp);
+    }
+    if r.is_err() {
+        rx.fd = None;
+    }
+    r
 }
 
 /// Processes the bytes read so far: checks, placement, completions, queue 1
@@ -452,16 +610,7 @@ impl recv::Host for Placer<'_> {
         n: usize,
         spans: &mut Vec<Span>,
     ) -> Result<bool, AccessError> {
-        let qp = self.qp;
-        qp.sh.mrs.with_reader(|r| {
-            r.spans(
-                qp.by(),
-                sge_spans(l, off, n),
-                n,
-                IBV_ACCESS_LOCAL_WRITE,
-                spans,
-            )
-        })
+        locate_sink(self.qp, l, off, n, spans)
     }
 
     fn oldest_outstanding(&mut self) -> Option<Outstanding> {

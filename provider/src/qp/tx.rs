@@ -95,6 +95,9 @@ impl Tx {
                 ..
             } = self;
             let framed = engine.frame_more(&mut SqHost { qp, next, slots })?;
+            if framed {
+                crate::qp::rx::offer_read(qp, engine.orq.front());
+            }
             // Also what finished without a byte to send (a Local Invalidate):
             // nothing else would report it on an idle stream.
             self.complete_written(qp);

@@ -277,11 +277,12 @@ fn kernel_mr(
     if len == u64::MAX || addr.checked_add(len).is_none() {
         return Ok(None);
     }
-    // The module places RDMA Writes into a plain region the peer may
-    // write (not one paged on demand, nor one on persistent media or with
-    // a Verify hash, whose writes the provider follows itself).
+    // The module places RDMA Writes and Read Responses into a plain
+    // region that may be written (not one paged on demand, nor one on
+    // persistent media or with a Verify hash, whose writes the provider
+    // follows itself).
     let plain = sh.mrs.plain_iova(stag);
-    let place = access & IBV_ACCESS_REMOTE_WRITE != 0
+    let place = access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) != 0
         && access & IBV_ACCESS_ON_DEMAND == 0
         && plain.is_some();
     let req = xiw_abi::kernel::RegMrReq {

@@ -10,14 +10,19 @@
 //! then gets the same prefix, in arbitrary pieces, with the same regions: it
 //! must take all of it without a failure and leave the arena exactly as the
 //! C side did, so the module never places what the engine would refuse or
-//! place elsewhere. Also: the C CRC32c agrees with the engine's on arbitrary
+//! place elsewhere. A Read may be outstanding (its sink one SGE or two, in
+//! or out of a region): if the engine lends its Read Responses
+//! (`Receiver::lend_read`), the walk places those `xiw_fpdu_check_read`
+//! accepts too, and what it leaves of the Read is what the engine has left
+//! of it after the same bytes (none and the Read answered, after the last
+//! segment). Also: the C CRC32c agrees with the engine's on arbitrary
 //! bytes, and `xiw_fpdu_head` reads nothing past the 16 bytes it is given.
 #![no_main]
 
 use std::ffi::c_void;
 
 use libfuzzer_sys::fuzz_target;
-use xiw_engine::queue1::access;
+use xiw_engine::queue1::{access, Outstanding, PendingRead};
 use xiw_engine::recv::{Params, Receiver};
 use xiw_engine::sim::{Region, Sim};
 use xiw_engine::wire::{ddp, mpa, rdmap};
@@ -26,6 +31,7 @@ const HEAD: usize = 16;
 const MORE: i32 = 0;
 const PLACE: i32 = 1;
 const UP: i32 = 2;
+const READ: i32 = 3;
 
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +41,14 @@ struct Fpdu {
     to: u64,
     data_len: u32,
     last: bool,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct ReadLent {
+    stag: u32,
+    to: u64,
+    left: u64,
 }
 
 #[repr(C)]
@@ -57,6 +71,14 @@ extern "C" {
         qp_access: u32,
         off: *mut u64,
     ) -> i32;
+    fn xiw_fpdu_check_read(
+        f: *const Fpdu,
+        rd: *const ReadLent,
+        mr: *const Mr,
+        qp_pd: *const c_void,
+        off: *mut u64,
+    ) -> i32;
+    fn xiw_fpdu_read_placed(rd: *mut ReadLent, f: *const Fpdu) -> bool;
     fn xiw_fpdu_crc(crc: u32, p: *const c_void, n: usize) -> u32;
     fn xiw_fpdu_crc_ok(fpdu: *const u8, total: u32) -> bool;
 }
@@ -188,23 +210,39 @@ fn region(inp: &mut Input) -> Region {
 }
 
 /// A tagged RDMA Write, mostly well formed, aimed mostly at a region (zero
-/// bytes choose a good one: a length and a TO that fit, the region's STag).
-fn write_fpdu(inp: &mut Input, regions: &[Region], crc: bool, kind: u8) -> Vec<u8> {
+/// bytes choose a good one: a length and a TO that fit, the region's STag);
+/// with `read` (the sink STag of an outstanding Read, and where its data
+/// has reached so far), a Read Response aimed mostly there.
+fn write_fpdu(
+    inp: &mut Input,
+    regions: &[Region],
+    crc: bool,
+    kind: u8,
+    mut read: Option<&mut (u32, u64)>,
+) -> Vec<u8> {
     let sel = inp.u8();
     let r = &regions[usize::from(sel >> 2) % regions.len()];
-    let stag = match sel % 4 {
-        0 | 1 => r.stag,
-        2 => r.stag ^ 1 << (inp.u8() % 32),
+    let aimed = read.as_ref().map(|rd| **rd);
+    let stag = match (sel % 4, aimed) {
+        (0 | 1, Some((stag, _))) => stag,
+        (0 | 1, None) => r.stag,
+        (2, _) => r.stag ^ 1 << (inp.u8() % 32),
         _ => inp.u32(),
     };
     let t = inp.u8();
-    let to = match t % 4 {
-        0 => r.iova + u64::from(inp.u16()) % (r.len as u64 + 1),
-        1 => (r.iova.wrapping_add(r.len as u64)).wrapping_sub(u64::from(inp.u8())),
-        2 => inp.u64(),
+    let to = match (t % 4, aimed) {
+        (0, Some((_, next))) => next,
+        (0, None) => r.iova + u64::from(inp.u16()) % (r.len as u64 + 1),
+        (1, _) => (r.iova.wrapping_add(r.len as u64)).wrapping_sub(u64::from(inp.u8())),
+        (2, _) => inp.u64(),
         _ => r.iova.wrapping_sub(u64::from(inp.u8())),
     };
     let payload_len = usize::from(inp.u16() % 1500);
+    if let Some(rd) = read.as_mut() {
+        if rd.1 == to {
+            rd.1 = to.wrapping_add(payload_len as u64);
+        }
+    }
     let flags = inp.u8();
     let ddp_ctrl = if flags & 0x07 == 0x07 {
         inp.u8()
@@ -213,6 +251,8 @@ fn write_fpdu(inp: &mut Input, regions: &[Region], crc: bool, kind: u8) -> Vec<u
     };
     let rdmap_ctrl = if flags & 0x30 == 0x30 {
         inp.u8()
+    } else if aimed.is_some() {
+        rdmap::RDMAP_VERSION << 6 | rdmap::Opcode::ReadResponse as u8
     } else {
         rdmap::RDMAP_VERSION << 6
     };
@@ -285,12 +325,54 @@ fuzz_target!(|data: &[u8]| {
         sim.regions.push(r);
     }
     let regions = sim.regions.clone();
+    // A Read outstanding, its sink one SGE (or two) somewhere in or around
+    // a region.
+    let rsel = inp.u8();
+    if rsel & 1 != 0 {
+        let r = &regions[usize::from(rsel >> 2) % regions.len()];
+        let to = r
+            .iova
+            .wrapping_add(u64::from(inp.u16()) % (r.len as u64 + 2));
+        let length = u64::from(inp.u16() % 3000);
+        let mut sink = vec![(r.stag, to, length as u32)];
+        if rsel & 2 != 0 {
+            let half = length as u32 / 2;
+            sink = vec![
+                (r.stag, to, half),
+                (r.stag, to + u64::from(half) + 1, length as u32 - half),
+            ];
+        }
+        sim.orq.push_back(Outstanding::Read(PendingRead {
+            sq_idx: 9,
+            sink_stag: r.stag,
+            sink_to: to,
+            sink,
+            length,
+            received: 0,
+        }));
+    }
+    let mut rx = Receiver::new(Params {
+        crc,
+        access: qp_access,
+        extensions: cfg & 0x08 != 0,
+        merge_imm: cfg & 0x10 != 0,
+        inplace_min: if cfg & 0x20 != 0 { 16 } else { 0 },
+        ..Params::default()
+    });
+    let lent = rx.lend_read(&mut sim);
+    let mut aim = match sim.orq.front() {
+        Some(Outstanding::Read(pr)) => Some((pr.sink_stag, pr.sink_to)),
+        _ => None,
+    };
 
     let mut stream = Vec::new();
     while !inp.0.is_empty() {
         let kind = inp.u8();
         match kind % 8 {
-            0..=4 => stream.extend(write_fpdu(&mut inp, &regions, crc, kind)),
+            4 if aim.is_some() => {
+                stream.extend(write_fpdu(&mut inp, &regions, crc, kind, aim.as_mut()))
+            }
+            0..=4 => stream.extend(write_fpdu(&mut inp, &regions, crc, kind, None)),
             5 | 6 => {
                 let n = usize::from(inp.u16() % 600);
                 let ulpdu = inp.bytes(n).to_vec();
@@ -308,6 +390,11 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // The module's walk.
+    let mut read = lent.map(|l| ReadLent {
+        stag: l.stag,
+        to: l.to,
+        left: l.left,
+    });
     let qp_pd = pd_token(sim.pd);
     let mut arena = sim.arena.clone();
     let mut at = 0;
@@ -321,8 +408,8 @@ fuzz_target!(|data: &[u8]| {
         let mut hdr = [!(chunk as u8); HEAD];
         hdr[..k].copy_from_slice(&rest[..k]);
         assert_eq!(head(&hdr, rest.len()), (r, f), "reads past what it has");
-        assert!(matches!(r, MORE | PLACE | UP), "result {r}");
-        check_event(rest, r == PLACE);
+        assert!(matches!(r, MORE | PLACE | UP | READ), "result {r}");
+        check_event(rest, r == PLACE || r == READ);
         if rest.len() >= 2 {
             assert_eq!(Some(f.total as usize), mpa::peek_fpdu_len(rest));
         }
@@ -333,7 +420,12 @@ fuzz_target!(|data: &[u8]| {
         if r == UP {
             break;
         }
-        // A tagged RDMA Write of this DDP and RDMAP version, read as the engine reads it.
+        if r == READ && read.is_none() {
+            // No Read lent: left for user space.
+            break;
+        }
+        // A tagged RDMA Write or Read Response of this DDP and RDMAP
+        // version, read as the engine reads it.
         let (h, hlen) = ddp::HeaderRepr::parse(&rest[2..HEAD]).expect("a DDP header");
         assert_eq!(hlen, ddp::TAGGED_HDR_LEN);
         assert_eq!(
@@ -346,7 +438,12 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(h.last, f.last);
         let c = rdmap::Ctrl::from_byte(h.rdmap_ctrl);
         assert_eq!(c.version, rdmap::RDMAP_VERSION);
-        assert_eq!(c.opcode(), Some(rdmap::Opcode::Write));
+        let want = if r == READ {
+            rdmap::Opcode::ReadResponse
+        } else {
+            rdmap::Opcode::Write
+        };
+        assert_eq!(c.opcode(), Some(want));
         assert_eq!(
             f.total as usize,
             mpa::fpdu_len(ddp::TAGGED_HDR_LEN + f.data_len as usize)
@@ -383,9 +480,24 @@ fuzz_target!(|data: &[u8]| {
             .as_ref()
             .map_or(std::ptr::null(), |e| &e.1 as *const Mr);
         let mut off = u64::MAX;
-        // SAFETY: `mr` is null or points at `entry`'s Mr, alive here.
-        if unsafe { xiw_fpdu_check(&f, mr, qp_pd, qp_access, &mut off) } != 0 {
+        let refused = match read.as_ref() {
+            // SAFETY: `mr` is null or points at `entry`'s Mr, alive here;
+            // `rd` is a live ReadLent.
+            Some(rd) if r == READ => unsafe {
+                xiw_fpdu_check_read(&f, rd, mr, qp_pd, &mut off) != 0
+            },
+            // SAFETY: as above.
+            _ => unsafe { xiw_fpdu_check(&f, mr, qp_pd, qp_access, &mut off) != 0 },
+        };
+        if refused {
             break;
+        }
+        if r == READ {
+            let rd = read.as_mut().expect("a Read lent");
+            // SAFETY: both are live values of their C types.
+            if unsafe { xiw_fpdu_read_placed(rd, &f) } {
+                read = None;
+            }
         }
         let (r, _) = entry.expect("check accepts no missing region");
         let n = f.data_len as usize;
@@ -396,14 +508,6 @@ fuzz_target!(|data: &[u8]| {
     let placed = &stream[..at];
 
     // The engine, over what the module placed, in pieces.
-    let mut rx = Receiver::new(Params {
-        crc,
-        access: qp_access,
-        extensions: cfg & 0x08 != 0,
-        merge_imm: cfg & 0x10 != 0,
-        inplace_min: if cfg & 0x20 != 0 { 16 } else { 0 },
-        ..Params::default()
-    });
     let mut buf = Vec::new();
     for mut piece in placed.chunks(chunk) {
         while !piece.is_empty() {
@@ -429,6 +533,21 @@ fuzz_target!(|data: &[u8]| {
         buf.is_empty() && rx.direct().is_none(),
         "the engine left bytes"
     );
+    // What the walk left of the Read lent is what the engine has left of it.
+    if lent.is_some() {
+        match (read, sim.orq.front()) {
+            (Some(rd), Some(Outstanding::Read(pr))) => {
+                assert_eq!(rd.left, pr.length - pr.received, "bytes of the Read left");
+                assert_eq!(
+                    rd.to,
+                    pr.sink_to + pr.received,
+                    "where the Read's data reached"
+                );
+            }
+            (None, None) => assert_eq!(sim.answered, vec![(9, None)], "the Read answered"),
+            (rd, o) => panic!("walk {rd:?}, engine {o:?}"),
+        }
+    }
     if let Some(i) = (0..ARENA).find(|&i| arena[i] != sim.arena[i]) {
         panic!(
             "arena byte {i}: module {:#04x}, engine {:#04x}",

@@ -38,6 +38,8 @@ mod send;
 mod terminate;
 mod write;
 
+pub use read::LentRead;
+
 use crate::fault::{AccessFault, Fail, Status};
 use crate::queue1::{queue_of, Inbound, Outstanding};
 use crate::send::Span;
@@ -306,6 +308,28 @@ impl<R> Receiver<R> {
     pub fn take_back(&mut self, t: WriteTally) {
         self.write_len = t.write_len;
         self.after_write = t.after_write;
+    }
+
+    /// With a stream [`Receiver::lend`] lends: the Read Responses the
+    /// borrower may place as well, those of the oldest outstanding Read if
+    /// its sink allows ([`LentRead`]). A Read Response placed that way
+    /// forgets the Write before it, as every message does.
+    pub fn lend_read<H: Host<Recv = R>>(&self, host: &mut H) -> Option<LentRead> {
+        read::lendable(host)
+    }
+
+    /// The stream is back from the borrower of `lent`, with `left` bytes of
+    /// the Read still to come, and `done` if it placed the Read's last
+    /// segment: what it placed counts as arrived (the Read completes with
+    /// its last); a failure (the Read was flushed meanwhile) ends the stream.
+    pub fn read_back<H: Host<Recv = R>>(
+        &mut self,
+        host: &mut H,
+        lent: LentRead,
+        left: u64,
+        done: bool,
+    ) -> Result<(), Fail> {
+        read::read_back(host, lent, left, done)
     }
 
     /// The QP's rights for remote requests changed (modify_qp in RTS).
@@ -723,6 +747,88 @@ mod tests {
         t.written(4, true);
         rx.take_back(t);
         assert_eq!(rx.lend().map(|t| t.after_write), Some(Some(13)));
+    }
+
+    fn pending_read(sink: crate::sim::Sges, length: u64) -> Outstanding<crate::sim::Sges> {
+        Outstanding::Read(crate::queue1::PendingRead {
+            sq_idx: 7,
+            sink_stag: sink[0].0,
+            sink_to: sink[0].1,
+            sink,
+            length,
+            received: 0,
+        })
+    }
+
+    #[test]
+    fn the_oldest_reads_responses_are_lent_and_counted_back() {
+        let mut s = sim();
+        let rx = Receiver::<SimRecv>::new(Params {
+            access: u32::MAX,
+            ..Params::default()
+        });
+        // No Read outstanding: nothing but Writes to lend.
+        assert_eq!(rx.lend_read(&mut s), None);
+        s.orq.push_back(pending_read(vec![(LOC, 528, 100)], 100));
+        let mut rx = rx;
+        let lent = rx.lend_read(&mut s).expect("a sink of one span");
+        assert_eq!(
+            lent,
+            LentRead {
+                stag: LOC,
+                to: 528,
+                left: 100
+            }
+        );
+        // What the borrower may place: the STag and TO exactly, no more
+        // than is left, and all of it with the last segment.
+        assert!(!lent.fits(LOC + 1, 528, 10, false));
+        assert!(!lent.fits(LOC, 529, 10, false));
+        assert!(!lent.fits(LOC, 528, 101, false));
+        assert!(!lent.fits(LOC, 528, 99, true));
+        assert!(lent.fits(LOC, 528, 100, true));
+        let mut b = lent;
+        assert!(b.fits(LOC, 528, 40, false));
+        b.placed(40);
+        assert_eq!((b.to, b.left), (568, 60));
+        rx.read_back(&mut s, lent, b.left, false)
+            .expect("40 bytes arrived");
+        assert!(s.answered.is_empty());
+        // Lent again from where its data reached; the last segment answers it.
+        let again = rx.lend_read(&mut s).expect("the rest");
+        assert_eq!((again.to, again.left), (568, 60));
+        rx.read_back(&mut s, again, 0, true).expect("answered");
+        assert_eq!(s.answered, vec![(7, None)]);
+        assert!(s.orq.is_empty());
+        // Nothing placed: nothing changes.
+        s.orq.push_back(pending_read(vec![(LOC, 512, 8)], 8));
+        let lent = rx.lend_read(&mut s).expect("a sink of one span");
+        rx.read_back(&mut s, lent, 8, false).expect("nothing");
+        assert_eq!(rx.lend_read(&mut s), Some(lent));
+        // Flushed meanwhile: the stream ends.
+        s.orq.clear();
+        assert!(rx.read_back(&mut s, lent, 0, true).is_err());
+    }
+
+    #[test]
+    fn a_read_is_lent_only_where_its_stag_and_to_locate_its_sink() {
+        let mut s = sim();
+        let rx = Receiver::<SimRecv>::new(Params {
+            access: u32::MAX,
+            ..Params::default()
+        });
+        // Two buffers: the second is not where the TO says.
+        s.orq
+            .push_back(pending_read(vec![(LOC, 512, 8), (LOC, 600, 8)], 16));
+        assert_eq!(rx.lend_read(&mut s), None);
+        // A sink that may not be written locally.
+        s.orq.clear();
+        s.orq.push_back(pending_read(vec![(BUF, BUF_IOVA, 8)], 8));
+        assert_eq!(rx.lend_read(&mut s), None);
+        // A zero-length Read: its one segment is left to the engine.
+        s.orq.clear();
+        s.orq.push_back(pending_read(vec![(LOC, 512, 0)], 0));
+        assert_eq!(rx.lend_read(&mut s), None);
     }
 
     #[test]
