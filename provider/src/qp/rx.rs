@@ -190,7 +190,7 @@ fn read_stream(
     if let (Some((ev, slot)), Ok(())) = (events, &r) {
         if rx.fd.is_some() && rx.buf.is_empty() {
             if let Some(t) = rx.engine.lend() {
-                let read = lend_read(qp, &mut rx, tx);
+                let read = lend_read(qp, tx);
                 ev.lend(slot, t, read);
                 *qp.read_lend.lock() = ReadLend {
                     open: read.is_none() && qp.sh.cfg.kernel_place_reads,
@@ -292,19 +292,20 @@ fn read_loop(
 }
 
 /// The Read Responses the module may place with the stream lent: those of
-/// the oldest outstanding Read, if the engine finds its sink placeable
-/// from a Read Response's STag and TO alone (XIW_KERNEL_PLACE_READS=0: none).
-fn lend_read(qp: &QpCore, rx: &mut Rx, tx: &TxCell) -> Option<recv::LentRead> {
+/// the oldest outstanding Read, if its sink is placeable from a Read
+/// Response's STag and TO alone ([`recv::LentRead::of`];
+/// XIW_KERNEL_PLACE_READS=0: none). The receive loop calls this at the end
+/// of every pass, so it never waits for the transmit side: with its lock
+/// taken, no Read is lent (the transmit side offers one as it frames it).
+fn lend_read(qp: &QpCore, tx: &TxCell) -> Option<recv::LentRead> {
     if !qp.sh.cfg.kernel_place_reads {
         return None;
     }
-    let mut want_kick = false;
-    let mut host = Placer {
-        qp,
-        tx,
-        want_kick: &mut want_kick,
+    let tx = tx.try_lock(qp)?;
+    let Some(Outstanding::Read(pr)) = tx.engine.orq.front() else {
+        return None;
     };
-    rx.engine.lend_read(&mut host)
+    recv::LentRead::of(pr, |l, off, n, spans| locate_sink(qp, l, off, n, spans))
 }
 
 /// The spans of registered memory `n` bytes of local buffer list `l` from
@@ -389,7 +390,7 @@ fn answered_lent(
     if let Err(f) = settle(qp, rx, tx) {
         return Some(Err(f));
     }
-    let next = lend_read(qp, rx, tx);
+    let next = lend_read(qp, tx);
     let mut g = qp.read_lend.lock();
     match next {
         Some(r) => {
@@ -408,18 +409,24 @@ fn settle(qp: &QpCore, rx: &mut Rx, tx: &TxCell) -> Result<(), Fail> {
     let Some((lent, left, done)) = rx.read_back.take() else {
         return Ok(());
     };
+    let r = with_host(qp, tx, |host| rx.engine.read_back(host, lent, left, done));
+    if r.is_err() {
+        rx.fd = None;
+    }
+    r
+}
+
+/// Runs `f` with the engine's view of the QP, then transmits what it made
+/// due (responses, freed ORD credits), once for all of it.
+fn with_host<T>(qp: &QpCore, tx: &TxCell, f: impl FnOnce(&mut Placer<'_>) -> T) -> T {
     let mut want_kick = false;
-    let mut host = Placer {
+    let r = f(&mut Placer {
         qp,
         tx,
         want_kick: &mut want_kick,
-    };
-    let r = rx.engine.read_back(&mut host, lent, left, done);
+    });
     if want_kick {
         tx.kick(qp);
-    }
-    if r.is_err() {
-        rx.fd = None;
     }
     r
 }
@@ -432,17 +439,8 @@ fn settle(qp: &QpCore, rx: &mut Rx, tx: &TxCell) -> Result<(), Fail> {
 fn take_in(qp: &QpCore, rx: &mut Rx, tx: &TxCell) -> Result<(), Fail> {
     // Responses or freed ORD credits go out once the bytes read so far are
     // processed, so a burst of requests is answered in few writes.
-    let mut want_kick = false;
-    let mut host = Placer {
-        qp,
-        tx,
-        want_kick: &mut want_kick,
-    };
-    let (used, r) = rx.engine.handle(&mut host, &rx.buf);
+    let (used, r) = with_host(qp, tx, |host| rx.engine.handle(host, &rx.buf));
     rx.buf.drain(..used);
-    if want_kick {
-        tx.kick(qp);
-    }
     if r.is_err() {
         // The stream is dead from this byte on: no thread may place anything
         // after it (the engine has completed the receive it hit already,

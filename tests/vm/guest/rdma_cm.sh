@@ -53,11 +53,20 @@ counted() {
     perftest_pair "$2 -d xiw0 -R -p $3 -s 2 -n 1000 -F" "$2 -d xiw0 -R -p $3 -s 2 -n 1000 -F 10.77.0.1" "$3" &&
         perftest_ok 2 1000 && b=$($1) && echo "$1: $((b - a))" && [ $((b - a)) -ge "${4:-1000}" ]
 }
+# uncounted COUNTER TOOL PORT KNOB: TOOL -R 2 B, 300 iterations, with the
+# provider's KNOB=0, and nothing counted by COUNTER.
+uncounted() {
+    a=$($1)
+    export "$4=0"
+    perftest_pair "$2 -d xiw0 -R -p $3 -s 2 -n 300 -F" "$2 -d xiw0 -R -p $3 -s 2 -n 300 -F 10.77.0.1" "$3"
+    r=$?
+    unset "$4"
+    [ $r -eq 0 ] && perftest_ok 2 300 && b=$($1) && echo "$1: $((b - a))" && [ $((b - a)) -eq 0 ]
+}
 check "ib_write_lat -R: the module places the Writes from the socket (at least 1000 of both sides' 2 x 1000)" \
     "counted placed ib_write_lat 18611"
 check "ib_write_lat -R with XIW_KERNEL_PLACE=0: none placed by the module" \
-    "a=\$(placed); export XIW_KERNEL_PLACE=0; perftest_pair 'ib_write_lat -d xiw0 -R -p 18612 -s 2 -n 300 -F' 'ib_write_lat -d xiw0 -R -p 18612 -s 2 -n 300 -F 10.77.0.1' 18612; r=\$?; unset XIW_KERNEL_PLACE;
-     [ \$r -eq 0 ] && perftest_ok 2 300 && b=\$(placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
+    "uncounted placed ib_write_lat 18612 XIW_KERNEL_PLACE"
 # (A Write that comes before the provider first lends the stream is the
 # provider's to place: most, not all, are the module's.)
 check "rping -v -C 300: the module placed the server's RDMA Writes (most of 300), data verified" \
@@ -106,8 +115,7 @@ reads_placed() { cat /sys/module/xiw/parameters/read_fpdus_placed; }
 check "ib_read_lat -R 2 B: the module places the Read Responses (at least 900 of 1000)" \
     "counted reads_placed ib_read_lat 18631 900"
 check "ib_read_lat -R 2 B with XIW_KERNEL_PLACE_READS=0: none placed by the module" \
-    "a=\$(reads_placed); export XIW_KERNEL_PLACE_READS=0; perftest_pair 'ib_read_lat -d xiw0 -R -p 18632 -s 2 -n 300 -F' 'ib_read_lat -d xiw0 -R -p 18632 -s 2 -n 300 -F 10.77.0.1' 18632; r=\$?; unset XIW_KERNEL_PLACE_READS;
-     [ \$r -eq 0 ] && perftest_ok 2 300 && b=\$(reads_placed) && echo \"placed: \$((b - a))\" && [ \$((b - a)) -eq 0 ]"
+    "uncounted reads_placed ib_read_lat 18632 XIW_KERNEL_PLACE_READS"
 check "ib_read_bw -R 64 KiB, Read Responses lent" \
     "a=\$(reads_placed); perftest_pair 'ib_read_bw -d xiw0 -R -p 18633 -s 65536 -n 200 -F' 'ib_read_bw -d xiw0 -R -p 18633 -s 65536 -n 200 -F 10.77.0.1' 18633 && perftest_ok 65536 200 && b=\$(reads_placed) && echo \"placed: \$((b - a))\""
 check "rping -v -C 300: the module placed the server's Read Responses (most of 300), data verified" \
